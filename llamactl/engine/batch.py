@@ -1,0 +1,46 @@
+"""A reusable `llama_batch` filled token by token from Python."""
+
+from __future__ import annotations
+
+import llama_cpp
+
+
+class Batch:
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._batch = llama_cpp.llama_batch_init(capacity, 0, 1)
+        self.n_tokens = 0
+
+    @property
+    def raw(self) -> llama_cpp.llama_batch:
+        self._batch.n_tokens = self.n_tokens
+        return self._batch
+
+    @property
+    def free_rows(self) -> int:
+        return self.capacity - self.n_tokens
+
+    def clear(self) -> None:
+        self.n_tokens = 0
+
+    def add(self, token: int, pos: int, seq_id: int, logits: bool) -> int:
+        """Append one token; return its row (the index to sample its logits from)."""
+        i = self.n_tokens
+        if i >= self.capacity:  # llama_decode would abort the process: refuse here
+            raise OverflowError("batch is full")
+        b = self._batch
+        b.token[i] = token
+        b.pos[i] = pos
+        b.n_seq_id[i] = 1
+        b.seq_id[i][0] = seq_id
+        b.logits[i] = logits
+        self.n_tokens = i + 1
+        return i
+
+    def free(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+
+    def __del__(self) -> None:
+        self.free()

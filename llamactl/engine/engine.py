@@ -1,0 +1,571 @@
+"""The batched engine: one llama.cpp context, `n_parallel` slots, one decode thread.
+
+Each step admits waiting requests into free slots, packs one token per generating slot and
+prompt chunks (bounded by `n_batch`) into a single batch, decodes once, then samples every
+slot from its own logits row. A slot never reads another slot's logits, and with split KV
+streams (`kv_unified = False`) each sequence's logits are bit-identical to a solo run, so
+greedy output does not depend on what else is being served.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import llama_cpp
+
+from .batch import Batch
+from .detokenize import IncrementalDetokenizer
+from .errors import (
+    ContextLengthError,
+    EngineClosedError,
+    InvalidRequestError,
+    LlamactlError,
+    ModelLoadError,
+    QueueFullError,
+)
+from .model import Model
+from .sampling import SamplerChain, token_logprobs
+from .stops import StopMatcher
+from .stream import GenerationStream
+from .types import Done, FinishReason, SamplingParams, TextDelta, Timings, Usage
+
+log = logging.getLogger("llamactl.engine")
+
+DEFAULT_SLOT_CTX = 4096
+
+
+def physical_cores() -> int:
+    """Compute threads to use: llama.cpp collapses when it oversubscribes cores."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the context is laid out; see docs/engine.md for what each choice trades."""
+
+    n_parallel: int = 4
+    n_ctx: int | None = None  # total KV positions; None: min(train ctx, 4096) per slot
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_threads: int | None = None
+    n_threads_batch: int | None = None
+    kv_unified: bool = False
+    flash_attn: bool = True
+    max_queue: int = 0  # waiting requests beyond the slots; 0: unbounded
+    cache_prompt: bool = True  # reuse a slot's KV prefix for a new prompt
+
+
+@dataclass
+class GenerationRequest:
+    prompt: list[int]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    n: int = 1
+    logprobs: int | None = None  # None: none; 0: the chosen token's; k: also the top k
+    render_special: bool = False  # show control tokens (e.g. gpt-oss channels) in the text
+    ignore_eos: bool = False
+    cache_prompt: bool = True
+
+
+SlotState = Literal["idle", "waiting_parent", "prompt", "generating"]
+
+
+class _Slot:
+    """One sequence of the context and the generation running in it."""
+
+    def __init__(self, seq_id: int) -> None:
+        self.seq_id = seq_id
+        self.state: SlotState = "idle"
+        self.kv_tokens: list[int] = []  # exactly what the KV cache holds for this sequence
+        self.last_used = 0.0
+        self._reset_job()
+
+    def _reset_job(self) -> None:
+        self.stream: GenerationStream | None = None
+        self.request: GenerationRequest | None = None
+        self.index = 0
+        self.children: list[_Slot] = []
+        self.prompt_pos = 0  # next prompt token to decode
+        self.pending: int | None = None  # sampled, not yet decoded
+        self.sampler: SamplerChain | None = None
+        self.detok: IncrementalDetokenizer | None = None
+        self.stops: StopMatcher | None = None
+        self.forced: deque[int] = deque()
+        self.generated: list[int] = []
+        self.cached = 0
+        self.t_start = self.t_prompt_done = 0.0
+
+    @property
+    def busy(self) -> bool:
+        return self.state != "idle"
+
+
+class Engine:
+    """Thread-safe front door to one model's batched context."""
+
+    def __init__(self, model: Model, config: EngineConfig | None = None) -> None:
+        self.model = model
+        self.config = config = config or EngineConfig()
+        if config.n_parallel < 1:
+            raise InvalidRequestError("n_parallel must be at least 1")
+        n_ctx = config.n_ctx or min(model.info.n_ctx_train or DEFAULT_SLOT_CTX, DEFAULT_SLOT_CTX) * (
+            config.n_parallel
+        )
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = config.n_batch
+        params.n_ubatch = min(config.n_ubatch, config.n_batch)
+        params.n_seq_max = config.n_parallel
+        threads = config.n_threads or physical_cores()
+        params.n_threads = threads
+        params.n_threads_batch = config.n_threads_batch or threads
+        params.kv_unified = config.kv_unified
+        params.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if config.flash_attn
+            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        params.no_perf = True
+        ctx = llama_cpp.llama_init_from_model(model.handle, params)
+        if not ctx:
+            raise ModelLoadError(
+                f"llama.cpp could not create a context of {n_ctx} tokens for {model.path.name}"
+            )
+        self._ctx = ctx
+        self._mem = llama_cpp.llama_get_memory(ctx)
+        self.n_ctx = llama_cpp.llama_n_ctx(ctx)
+        self.n_ctx_slot = llama_cpp.llama_n_ctx_seq(ctx)
+        self.n_batch = llama_cpp.llama_n_batch(ctx)
+        self._can_trim = not (model.info.is_recurrent or model.info.is_hybrid)
+        self._batch = Batch(self.n_batch)
+        self._slots = [_Slot(i) for i in range(config.n_parallel)]
+        self._queue: deque[tuple[GenerationStream, GenerationRequest]] = deque()
+        self._cancels: deque[GenerationStream] = deque()
+        self._forces: deque[tuple[GenerationStream, list[int]]] = deque()
+        self._cv = threading.Condition()
+        self._closing = False
+        self.stats = EngineStats()
+        self._thread = threading.Thread(target=self._run, name="llamactl-decode", daemon=True)
+        self._thread.start()
+
+    # ================================================================ public API
+    def submit(self, request: GenerationRequest) -> GenerationStream:
+        """Queue a generation; events arrive on the returned stream."""
+        self._validate(request)
+        stream = GenerationStream(request.n, self._request_cancel)
+        with self._cv:
+            if self._closing:
+                raise EngineClosedError("the engine is shut down")
+            if self.config.max_queue and len(self._queue) >= self.config.max_queue:
+                raise QueueFullError(
+                    f"the server is busy: {len(self._queue)} requests are already waiting"
+                )
+            self._queue.append((stream, request))
+            self.stats.requests_total += 1
+            self._cv.notify()
+        return stream
+
+    def generate(self, prompt: list[int], **kwargs: object) -> GenerationStream:
+        return self.submit(GenerationRequest(prompt=prompt, **kwargs))  # type: ignore[arg-type]
+
+    def force_tokens(self, stream: GenerationStream, tokens: list[int]) -> bool:
+        """Make every live choice of `stream` emit `tokens` next (e.g. end of reasoning)."""
+        if stream.finished or not tokens:
+            return False
+        with self._cv:
+            self._forces.append((stream, list(tokens)))
+            self._cv.notify()
+        return True
+
+    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
+        return self.model.tokenize(text, add_special=add_special)
+
+    @property
+    def busy_slots(self) -> int:
+        return sum(1 for s in self._slots if s.busy)
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._queue)
+
+    def close(self) -> None:
+        """Stop the decode thread, end every open stream, free the context."""
+        with self._cv:
+            if self._closing:
+                return
+            self._closing = True
+            self._cv.notify()
+        self._thread.join()
+        err = EngineClosedError("the engine shut down before this request finished")
+        for slot in self._slots:
+            if slot.stream is not None:
+                slot.stream._push(err)
+        for stream, _ in self._queue:
+            stream._push(err)
+        self._queue.clear()
+        for slot in self._slots:
+            if slot.sampler:
+                slot.sampler.free()
+        self._batch.free()
+        llama_cpp.llama_free(self._ctx)
+        self._ctx = None
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ============================================================ validation
+    def _validate(self, r: GenerationRequest) -> None:
+        if not r.prompt:
+            raise InvalidRequestError("the prompt is empty")
+        if not 1 <= r.n <= self.config.n_parallel:
+            raise InvalidRequestError(
+                f"n must be between 1 and the number of slots ({self.config.n_parallel}), "
+                f"got {r.n}"
+            )
+        if r.max_tokens is not None and r.max_tokens < 0:
+            raise InvalidRequestError("max_tokens must not be negative")
+        bad = [t for t in r.prompt if not 0 <= t < self.model.n_vocab]
+        if bad:
+            raise InvalidRequestError(f"the prompt holds token ids outside the vocabulary: {bad[:5]}")
+        if len(r.prompt) >= self.n_ctx_slot:
+            raise ContextLengthError(len(r.prompt), self.n_ctx_slot)
+
+    def _request_cancel(self, stream: GenerationStream) -> None:
+        with self._cv:
+            self._cancels.append(stream)
+            self._cv.notify()
+
+    # ============================================================ decode loop
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._closing and not self._has_work():
+                    self._cv.wait()
+                if self._closing:
+                    return
+                cancels, self._cancels = list(self._cancels), deque()
+                forces, self._forces = list(self._forces), deque()
+            try:
+                self._apply_cancels(cancels)
+                self._apply_forces(forces)
+                self._admit()
+                self._step()
+            except Exception as exc:  # never let the decode thread die silently
+                log.exception("decode step failed")
+                self._fail_all(exc)
+
+    def _has_work(self) -> bool:
+        return bool(
+            self._cancels
+            or self._forces
+            or any(s.state in ("prompt", "generating") for s in self._slots)
+            or (self._queue and self._free_slot_count() >= self._queue[0][1].n)
+        )
+
+    def _free_slot_count(self) -> int:
+        return sum(1 for s in self._slots if not s.busy)
+
+    # ------------------------------------------------------------ commands
+    def _apply_cancels(self, cancels: list[GenerationStream]) -> None:
+        for stream in cancels:
+            with self._cv:
+                queued = [item for item in self._queue if item[0] is stream]
+                for item in queued:
+                    self._queue.remove(item)
+            for _, req in queued:
+                for i in range(req.n):
+                    stream._push(Done("cancelled", Usage(prompt_tokens=len(req.prompt)), Timings(), index=i))
+            for slot in self._slots:
+                if slot.stream is stream:
+                    self._finish(slot, "cancelled")
+
+    def _apply_forces(self, forces: list[tuple[GenerationStream, list[int]]]) -> None:
+        for stream, tokens in forces:
+            for slot in self._slots:
+                if slot.stream is stream and slot.state in ("prompt", "generating", "waiting_parent"):
+                    slot.forced.extend(tokens)
+
+    # ------------------------------------------------------------ admission
+    def _admit(self) -> None:
+        """Move waiting requests into free slots, first come first served."""
+        while True:
+            with self._cv:
+                if not self._queue or self._free_slot_count() < self._queue[0][1].n:
+                    return
+                stream, req = self._queue.popleft()
+            if stream.cancelled:
+                continue
+            try:
+                self._start(stream, req)
+            except Exception as exc:
+                stream._push(exc if isinstance(exc, LlamactlError) else LlamactlError(str(exc)))
+
+    def _pick_slot(self, prompt: list[int], use_cache: bool) -> tuple[_Slot, int]:
+        """The free slot whose KV shares the longest prefix with `prompt`, else the LRU one."""
+        free = [s for s in self._slots if not s.busy]
+        best, best_lcp = None, 0
+        if use_cache:
+            for s in free:
+                lcp = _common_prefix(s.kv_tokens, prompt)
+                if lcp > best_lcp:
+                    best, best_lcp = s, lcp
+        if best is None:
+            best = min(free, key=lambda s: s.last_used)
+        return best, best_lcp
+
+    def _start(self, stream: GenerationStream, req: GenerationRequest) -> None:
+        use_cache = self.config.cache_prompt and req.cache_prompt
+        parent, lcp = self._pick_slot(req.prompt, use_cache)
+        keep = self._reuse_prefix(parent, req.prompt, lcp if use_cache else 0)
+        now = time.perf_counter()
+        slots = [parent]
+        for _ in range(req.n - 1):
+            child = min((s for s in self._slots if not s.busy and s not in slots),
+                        key=lambda s: s.last_used)
+            self._clear_kv(child)
+            slots.append(child)
+        try:
+            for i, slot in enumerate(slots):
+                sampling = req.sampling
+                if i and sampling.seed is not None:  # children differ: seed + k
+                    sampling = _with_seed(sampling, sampling.seed + i)
+                slot.sampler = SamplerChain(self.model.vocab, self.model.n_vocab, sampling)
+        except Exception:
+            for slot in slots:
+                if slot.sampler:
+                    slot.sampler.free()
+                slot._reset_job()
+            raise
+        for i, slot in enumerate(slots):
+            slot.stream, slot.request, slot.index = stream, req, i
+            slot.detok = IncrementalDetokenizer(self._piece_fn(req.render_special))
+            slot.stops = StopMatcher(req.stop)
+            slot.t_start = now
+            slot.cached = keep
+            slot.state = "waiting_parent" if i else "prompt"
+        parent.children = slots[1:]
+        parent.prompt_pos = keep
+        self.stats.prompt_tokens_cached += keep
+
+    def _piece_fn(self, special: bool) -> Callable[[int], bytes]:
+        model = self.model
+        return lambda t: model.token_bytes(t, special=special)
+
+    def _reuse_prefix(self, slot: _Slot, prompt: list[int], lcp: int) -> int:
+        """Trim the slot's KV to the shared prefix; return how many prompt tokens it keeps.
+
+        At least the last prompt token is always decoded again: its logits are needed.
+        """
+        keep = min(lcp, len(prompt) - 1)
+        if keep <= 0:
+            self._clear_kv(slot)
+            return 0
+        if keep < len(slot.kv_tokens):
+            trimmed = self._can_trim and llama_cpp.llama_memory_seq_rm(
+                self._mem, slot.seq_id, keep, -1
+            )
+            if not trimmed:  # recurrent state cannot be rolled back
+                self._clear_kv(slot)
+                return 0
+            del slot.kv_tokens[keep:]
+        return keep
+
+    def _clear_kv(self, slot: _Slot) -> None:
+        llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
+        slot.kv_tokens = []
+
+    # ------------------------------------------------------------ one step
+    def _step(self) -> None:
+        batch = self._batch
+        batch.clear()
+        sample_rows: list[tuple[_Slot, int]] = []
+        # 1. one token for every generating slot (they were admitted first)
+        for slot in self._slots:
+            if slot.state == "generating" and slot.pending is not None:
+                row = batch.add(slot.pending, len(slot.kv_tokens), slot.seq_id, True)
+                sample_rows.append((slot, row))
+        # 2. prompt chunks, oldest request first, while the batch has room
+        prompt_chunks: list[tuple[_Slot, int]] = []
+        for slot in sorted((s for s in self._slots if s.state == "prompt"), key=lambda s: s.t_start):
+            room = batch.free_rows
+            if room <= 0:
+                break
+            prompt = slot.request.prompt
+            take = min(room, len(prompt) - slot.prompt_pos)
+            for k in range(take):
+                pos = slot.prompt_pos + k
+                last = pos == len(prompt) - 1
+                row = batch.add(prompt[pos], pos, slot.seq_id, last)
+                if last:
+                    sample_rows.append((slot, row))
+            prompt_chunks.append((slot, take))
+        if batch.n_tokens == 0:
+            return
+        t0 = time.perf_counter()
+        rc = llama_cpp.llama_decode(self._ctx, batch.raw)
+        if rc != 0:
+            self._decode_failed(rc, sample_rows, prompt_chunks)
+            return
+        self.stats.decode_calls += 1
+        self.stats.decode_seconds += time.perf_counter() - t0
+        # 3. book-keeping: what the KV now holds
+        for slot, take in prompt_chunks:
+            prompt = slot.request.prompt
+            slot.kv_tokens.extend(prompt[slot.prompt_pos : slot.prompt_pos + take])
+            slot.prompt_pos += take
+            self.stats.prompt_tokens_processed += take
+        now = time.perf_counter()
+        for slot, row in sample_rows:
+            if slot.state == "generating":
+                slot.kv_tokens.append(slot.pending)
+                slot.pending = None
+            else:  # prompt finished in this step
+                slot.t_prompt_done = now
+                slot.state = "generating"
+                for child in slot.children:
+                    self._fork(slot, child, now)
+        # 4. sample every slot from its own row
+        for slot, row in sample_rows:
+            for target in [slot, *slot.children] if slot.children else [slot]:
+                if target.state == "generating" and target.pending is None:
+                    self._sample(target, row)
+            slot.children = []
+
+    def _fork(self, parent: _Slot, child: _Slot, now: float) -> None:
+        """Give a child a copy of the parent's decoded prompt (decoded once, shared)."""
+        llama_cpp.llama_memory_seq_cp(self._mem, parent.seq_id, child.seq_id, -1, -1)
+        child.kv_tokens = list(parent.kv_tokens)
+        child.prompt_pos = parent.prompt_pos
+        child.t_prompt_done = now
+        child.state = "generating"
+
+    def _sample(self, slot: _Slot, row: int) -> None:
+        req = slot.request
+        if slot.forced:
+            token = slot.forced.popleft()
+            slot.sampler.accept(token)
+        else:
+            token = slot.sampler.sample(self._ctx, row)
+        slot.generated.append(token)
+        self.stats.tokens_generated += 1
+        logprobs = ()
+        if req.logprobs is not None:
+            logprobs = (
+                token_logprobs(
+                    self._ctx, row, self.model.n_vocab, token, req.logprobs, self.model.token_text
+                ),
+            )
+        if self.model.is_eog(token) and not req.ignore_eos:
+            self._emit(slot, slot.detok.flush() + slot.stops.flush(), (token,), logprobs)
+            self._finish(slot, "stop")
+            return
+        text, stop = slot.stops.push(slot.detok.push(token))
+        if stop is not None:
+            self._emit(slot, text, (token,), logprobs)
+            self._finish(slot, "stop", stop)
+            return
+        self._emit(slot, text, (token,), logprobs)
+        if req.max_tokens is not None and len(slot.generated) >= req.max_tokens:
+            self._emit(slot, slot.detok.flush() + slot.stops.flush(), (), ())
+            self._finish(slot, "length")
+            return
+        if len(slot.kv_tokens) >= self.n_ctx_slot:  # no position left to decode it at
+            self._emit(slot, slot.detok.flush() + slot.stops.flush(), (), ())
+            self._finish(slot, "length")
+            return
+        slot.pending = token
+
+    def _emit(self, slot: _Slot, text: str, tokens: tuple[int, ...], logprobs: tuple) -> None:
+        if text or logprobs:
+            slot.stream._push(TextDelta(text, tokens, logprobs, slot.index))
+
+    def _finish(self, slot: _Slot, reason: FinishReason, stop: str | None = None) -> None:
+        now = time.perf_counter()
+        req, stream = slot.request, slot.stream
+        if slot.children:  # a parent cancelled before its prompt finished takes its children
+            for child in slot.children:
+                self._finish(child, reason)
+        if stream is not None and req is not None:
+            prompt_done = slot.t_prompt_done or now
+            n_gen = len(slot.generated)
+            timings = Timings(
+                prompt_n=len(req.prompt) - slot.cached,
+                prompt_ms=(prompt_done - slot.t_start) * 1000.0,
+                predicted_n=n_gen,
+                predicted_ms=(now - prompt_done) * 1000.0 if slot.t_prompt_done else 0.0,
+                cache_n=slot.cached,
+            )
+            usage = Usage(len(req.prompt), slot.cached, n_gen)
+            stream._push(Done(reason, usage, timings, stop, tuple(slot.generated), slot.index))
+        if slot.sampler:
+            slot.sampler.free()
+        if slot.state == "waiting_parent" or (slot.state == "prompt" and slot.prompt_pos == 0):
+            self._clear_kv(slot)
+        slot.last_used = now
+        slot._reset_job()
+        slot.state = "idle"
+
+    def _decode_failed(self, rc: int, sample_rows, prompt_chunks) -> None:
+        """A failed decode leaves the batch's sequences in an unknown state: end them."""
+        err = LlamactlError(f"llama_decode failed (code {rc}); the request was ended")
+        involved = {id(s): s for s, _ in sample_rows} | {id(s): s for s, _ in prompt_chunks}
+        for slot in involved.values():
+            stream = slot.stream
+            for child in slot.children:
+                self._clear_kv(child)
+                child._reset_job()
+                child.state = "idle"
+            self._clear_kv(slot)
+            slot._reset_job()
+            slot.state = "idle"
+            if stream is not None:
+                stream._push(err)
+
+    def _fail_all(self, exc: Exception) -> None:
+        err = exc if isinstance(exc, LlamactlError) else LlamactlError(f"engine error: {exc}")
+        for slot in self._slots:
+            if slot.stream is not None:
+                slot.stream._push(err)
+                self._clear_kv(slot)
+                slot._reset_job()
+                slot.state = "idle"
+
+
+@dataclass
+class EngineStats:
+    """Counters for /metrics and benchmarks (written by the decode thread only)."""
+
+    requests_total: int = 0
+    tokens_generated: int = 0
+    prompt_tokens_processed: int = 0
+    prompt_tokens_cached: int = 0
+    decode_calls: int = 0
+    decode_seconds: float = 0.0
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _with_seed(params: SamplingParams, seed: int) -> SamplingParams:
+    from dataclasses import replace
+
+    return replace(params, seed=seed)

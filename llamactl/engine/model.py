@@ -1,0 +1,199 @@
+"""A loaded GGUF model: metadata, vocabulary and tokenization.
+
+The model owns the `llama_model` handle; contexts (slots, batching) live in `Engine`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import llama_cpp
+
+from ._backend import ensure_backend
+from .errors import ModelLoadError
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What callers need to know about a model without touching llama.cpp."""
+
+    path: Path
+    architecture: str
+    name: str
+    description: str
+    size_bytes: int
+    n_params: int
+    n_ctx_train: int
+    n_embd: int
+    n_vocab: int
+    chat_template: str | None
+    bos_token: str
+    eos_token: str
+    is_recurrent: bool
+    is_hybrid: bool
+    has_encoder: bool
+    capabilities: tuple[str, ...]
+    metadata: dict[str, str] = field(repr=False, default_factory=dict)
+
+
+class Model:
+    """A GGUF file loaded with llama.cpp (weights mapped, not copied)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, vocab_only: bool = False) -> None:
+        ensure_backend()
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ModelLoadError(f"model file not found: {self.path}")
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = 0
+        params.vocab_only = vocab_only
+        handle = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
+        if not handle:
+            raise ModelLoadError(
+                f"llama.cpp could not load {self.path} (not a GGUF file, or an architecture "
+                "this llama.cpp does not know; run with LLAMACTL_LLAMA_LOG=1 for details)"
+            )
+        self._handle = handle
+        self._vocab = llama_cpp.llama_model_get_vocab(handle)
+        self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self._piece_cache: dict[tuple[int, bool], bytes] = {}
+        self._piece_lock = threading.Lock()
+        self.info = self._read_info()
+
+    # ----------------------------------------------------------------- handles
+    @property
+    def handle(self) -> llama_cpp.llama_model_p:
+        return self._handle
+
+    @property
+    def vocab(self) -> llama_cpp.llama_vocab_p:
+        return self._vocab
+
+    def close(self) -> None:
+        if getattr(self, "_handle", None):
+            llama_cpp.llama_model_free(self._handle)
+            self._handle = None
+
+    def __del__(self) -> None:  # best effort; Engine.close() is the deterministic path
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ---------------------------------------------------------------- metadata
+    def meta(self, key: str) -> str | None:
+        """One GGUF metadata value as a string, or None when absent."""
+        size = 256
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_model_meta_val_str(self._handle, key.encode(), buf, size)
+            if n < 0:
+                return None
+            if n < size:
+                return buf.value.decode("utf-8", "replace")
+            size = n + 1
+
+    def _all_meta(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        buf = ctypes.create_string_buffer(512)
+        for i in range(llama_cpp.llama_model_meta_count(self._handle)):
+            n = llama_cpp.llama_model_meta_key_by_index(self._handle, i, buf, 512)
+            if n < 0:
+                continue
+            key = buf.value.decode("utf-8", "replace")
+            if key.startswith("tokenizer.ggml.") and key.endswith(("tokens", "merges", "scores")):
+                continue  # large arrays nobody reads as strings
+            value = self.meta(key)
+            if value is not None:
+                out[key] = value
+        return out
+
+    def _read_info(self) -> ModelInfo:
+        h = self._handle
+        metadata = self._all_meta()
+        arch = metadata.get("general.architecture", "unknown")
+        desc = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(h, desc, 256)
+        template = llama_cpp.llama_model_chat_template(h, None)
+        caps = ["chat"] if llama_cpp.llama_model_has_decoder(h) else []
+        if "decision.type" in metadata:
+            caps = ["decide"]
+        if metadata.get(f"{arch}.pooling_type") not in (None, "0"):
+            caps.append("embed")
+        bos = llama_cpp.llama_vocab_bos(self._vocab)
+        eos = llama_cpp.llama_vocab_eos(self._vocab)
+        return ModelInfo(
+            path=self.path,
+            architecture=arch,
+            name=metadata.get("general.name", self.path.stem),
+            description=desc.value.decode("utf-8", "replace"),
+            size_bytes=self.path.stat().st_size,
+            n_params=llama_cpp.llama_model_n_params(h),
+            n_ctx_train=llama_cpp.llama_model_n_ctx_train(h),
+            n_embd=llama_cpp.llama_model_n_embd(h),
+            n_vocab=self.n_vocab,
+            chat_template=template.decode("utf-8", "replace") if template else None,
+            bos_token=self.token_text(bos) if bos >= 0 else "",
+            eos_token=self.token_text(eos) if eos >= 0 else "",
+            is_recurrent=bool(llama_cpp.llama_model_is_recurrent(h)),
+            is_hybrid=bool(llama_cpp.llama_model_is_hybrid(h)),
+            has_encoder=bool(llama_cpp.llama_model_has_encoder(h)),
+            capabilities=tuple(caps),
+            metadata=metadata,
+        )
+
+    # ------------------------------------------------------------ vocabulary
+    @property
+    def bos_token_id(self) -> int:
+        return llama_cpp.llama_vocab_bos(self._vocab)
+
+    @property
+    def eos_token_id(self) -> int:
+        return llama_cpp.llama_vocab_eos(self._vocab)
+
+    def is_eog(self, token: int) -> bool:
+        """End of generation: EOS, EOT and the other stop tokens the vocab declares."""
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def token_text(self, token: int) -> str:
+        return self.token_bytes(token, special=True).decode("utf-8", "replace")
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        """The bytes one token renders to (cached: the hot path of streaming)."""
+        key = (token, special)
+        cached = self._piece_cache.get(key)
+        if cached is not None:
+            return cached
+        size = 32
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, size, 0, special)
+            if n >= 0:
+                piece = buf.raw[:n]
+                break
+            size = -n
+        with self._piece_lock:
+            self._piece_cache[key] = piece
+        return piece
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Text to token ids; `add_special` adds BOS where the model wants it."""
+        data = text.encode("utf-8")
+        n_max = len(data) + 8
+        while True:
+            arr = (llama_cpp.llama_token * n_max)()
+            n = llama_cpp.llama_tokenize(
+                self._vocab, data, len(data), arr, n_max, add_special, parse_special
+            )
+            if n >= 0:
+                return list(arr[:n])
+            n_max = -n
+
+    def detokenize(self, tokens: list[int], *, special: bool = False) -> str:
+        return b"".join(self.token_bytes(t, special=special) for t in tokens).decode(
+            "utf-8", "replace"
+        )

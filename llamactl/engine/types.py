@@ -1,0 +1,123 @@
+"""Plain data passed between the engine and its callers.
+
+Kept free of llama.cpp types so front ends (CLI, server, TUI) can import it cheaply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling settings; temperature <= 0 means greedy."""
+
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    grammar: str | None = None
+    n_probs: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class Timings:
+    prompt_n: int = 0
+    prompt_ms: float = 0.0
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+    cache_n: int = 0
+
+    @property
+    def prompt_per_second(self) -> float:
+        return self.prompt_n / (self.prompt_ms / 1000.0) if self.prompt_ms > 0 else 0.0
+
+    @property
+    def predicted_per_second(self) -> float:
+        return self.predicted_n / (self.predicted_ms / 1000.0) if self.predicted_ms > 0 else 0.0
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "cache_n": self.cache_n,
+            "prompt_n": self.prompt_n,
+            "prompt_ms": self.prompt_ms,
+            "prompt_per_second": self.prompt_per_second,
+            "predicted_n": self.predicted_n,
+            "predicted_ms": self.predicted_ms,
+            "predicted_per_second": self.predicted_per_second,
+        }
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token: int
+    text: str
+    logprob: float
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """New text of one generation; `text` never holds a partial stop string."""
+
+    text: str
+    token_ids: tuple[int, ...] = ()
+    logprobs: tuple[tuple[TokenLogprob, tuple[TokenLogprob, ...]], ...] = ()
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class Done:
+    """Always the last event of a stream."""
+
+    finish_reason: FinishReason
+    usage: Usage
+    timings: Timings
+    stop_string: str | None = None
+    token_ids: tuple[int, ...] = ()
+    index: int = 0
+
+
+Event = TextDelta | Done
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    """Chat-level: text inside the model's thinking markers."""
+
+    text: str
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class ContentDelta:
+    """Chat-level: answer text, outside any thinking markers."""
+
+    text: str
+    index: int = 0
+
+
+ChatEvent = ReasoningDelta | ContentDelta | Done
