@@ -1,0 +1,209 @@
+"""Chat on top of the engine: render messages with the model's template, stream the answer
+split into reasoning and content.
+
+This is the one place that joins templates (`chat/`), the batched engine and the output
+parsers, so the CLI, the server and the TUI all chat the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .chat import ChatTemplate, ReasoningParser, ThinkingMarkers, thinking_markers
+from .engine import Engine, GenerationRequest
+from .errors import InvalidRequestError
+from .stream import GenerationStream
+from .types import ChatEvent, ContentDelta, Done, ReasoningDelta, SamplingParams, TextDelta
+
+# A model whose GGUF carries no template gets ChatML, the most common layout.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+@dataclass
+class ChatRequest:
+    messages: list[dict[str, Any]]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    n: int = 1
+    tools: list[dict[str, Any]] | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    add_generation_prompt: bool | None = None  # None: unless the assistant's reply is continued
+    continue_final_message: bool | None = None  # None: when the last message is the assistant's
+    echo: bool = False  # include the continued assistant text in the output
+    logprobs: int | None = None
+    enable_thinking: bool | None = None
+    cache_prompt: bool = True
+
+
+@dataclass(frozen=True)
+class RenderedChat:
+    text: str
+    tokens: list[int]
+    prefill: str  # assistant text being continued ("" when none)
+    opens_reasoning: bool  # the prompt leaves a reasoning block open
+
+
+class ChatModel:
+    """Chat with one engine's model; cheap to share between threads."""
+
+    def __init__(self, engine: Engine, template: str | None = None) -> None:
+        self.engine = engine
+        info = engine.model.info
+        self.template_source = template or info.chat_template or CHATML_TEMPLATE
+        self.template = ChatTemplate(
+            self.template_source, bos_token=info.bos_token, eos_token=info.eos_token
+        )
+        self.markers: ThinkingMarkers | None = thinking_markers(self.template_source)
+
+    def render(self, req: ChatRequest) -> RenderedChat:
+        if not req.messages:
+            raise InvalidRequestError("messages must not be empty")
+        last_is_assistant = req.messages[-1].get("role") == "assistant"
+        cont = req.continue_final_message
+        if cont is None:
+            cont = last_is_assistant and req.add_generation_prompt is not True
+        add_gen = req.add_generation_prompt
+        if add_gen is None:
+            add_gen = not cont
+        kwargs = dict(req.template_kwargs)
+        if req.enable_thinking is not None:
+            kwargs.setdefault("enable_thinking", req.enable_thinking)
+        text = self.template.render(
+            req.messages,
+            tools=req.tools,
+            add_generation_prompt=add_gen,
+            continue_final_message=cont,
+            **kwargs,
+        )
+        prefill = _content_of(req.messages[-1]) if cont else ""
+        tokens = self.engine.model.tokenize(text, add_special=not _starts_with_bos(text, self))
+        return RenderedChat(text, tokens, prefill, self._opens_reasoning(text))
+
+    def _opens_reasoning(self, text: str) -> bool:
+        m = self.markers
+        return m is not None and text.rfind(m.start) > text.rfind(m.end)
+
+    def start(self, req: ChatRequest) -> ChatStream:
+        rendered = self.render(req)
+        stream = self.engine.submit(
+            GenerationRequest(
+                prompt=rendered.tokens,
+                sampling=req.sampling,
+                max_tokens=req.max_tokens,
+                stop=req.stop,
+                n=req.n,
+                logprobs=req.logprobs,
+                cache_prompt=req.cache_prompt,
+            )
+        )
+        return ChatStream(self, stream, rendered, req)
+
+    def end_reasoning_tokens(self) -> list[int]:
+        if self.markers is None:
+            return []
+        return self.engine.model.tokenize("\n" + self.markers.end + "\n\n", add_special=False)
+
+
+class ChatStream:
+    """Chat events of one request; one reasoning parser per choice."""
+
+    def __init__(
+        self, chat: ChatModel, stream: GenerationStream, rendered: RenderedChat, req: ChatRequest
+    ) -> None:
+        self.chat = chat
+        self.raw = stream
+        self.rendered = rendered
+        markers = chat.markers
+        self._parsers = [
+            ReasoningParser(markers.start, markers.end, starts_in_reasoning=rendered.opens_reasoning)
+            if markers is not None
+            else None
+            for _ in range(req.n)
+        ]
+        self._echo = req.echo and rendered.prefill
+        self._prefill_sent = [False] * req.n
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.rendered.tokens)
+
+    def cancel(self) -> None:
+        self.raw.cancel()
+
+    def end_reasoning(self) -> bool:
+        """Force the end-of-thinking marker next in every choice still reasoning."""
+        if not any(p is not None and p.in_reasoning for p in self._parsers):
+            return False
+        return self.chat.engine.force_tokens(self.raw, self.chat.end_reasoning_tokens())
+
+    def _translate(self, event: TextDelta | Done) -> list[ChatEvent]:
+        i = event.index
+        parser = self._parsers[i]
+        out: list[ChatEvent] = []
+        if self._echo and not self._prefill_sent[i]:
+            self._prefill_sent[i] = True
+            out.append(ContentDelta(self.rendered.prefill, i))
+        if isinstance(event, Done):
+            if parser is not None:
+                out.extend(_indexed(parser.finish(), i))
+            out.append(event)
+            return out
+        if parser is None:
+            out.append(ContentDelta(event.text, i))
+        else:
+            out.extend(_indexed(parser.feed(event.text), i))
+        return out
+
+    def __iter__(self) -> Iterator[ChatEvent]:
+        for event in self.raw:
+            yield from self._translate(event)
+
+    async def __aiter__(self) -> AsyncIterator[ChatEvent]:
+        async for event in self.raw:
+            for out in self._translate(event):
+                yield out
+
+    def collect(self) -> list[ChatResult]:
+        """Run to the end; each choice's reasoning, content and `Done`."""
+        results = [ChatResult() for _ in self._parsers]
+        for event in self:
+            r = results[event.index]
+            if isinstance(event, ReasoningDelta):
+                r.reasoning += event.text
+            elif isinstance(event, ContentDelta):
+                r.content += event.text
+            else:
+                r.done = event
+        return results
+
+
+@dataclass
+class ChatResult:
+    content: str = ""
+    reasoning: str = ""
+    done: Done | None = None
+
+
+def _indexed(events: list[ChatEvent], index: int) -> list[ChatEvent]:
+    return [type(e)(e.text, index) if e.index != index else e for e in events]
+
+
+def _content_of(message: dict[str, Any]) -> str:
+    content = message.get("content") or ""
+    if isinstance(content, list):
+        return "\n\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content)
+
+
+def _starts_with_bos(text: str, chat: ChatModel) -> bool:
+    """Templates that print the BOS token themselves must not get a second one."""
+    bos = chat.engine.model.info.bos_token
+    return bool(bos) and text.startswith(bos)

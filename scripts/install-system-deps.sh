@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Debian packages llamactl's optional features use: PortAudio (microphone), eSpeak NG (speech),
+# tmux (terminal tests). Safe to re-run; prints what it could not install instead of failing.
+set -uo pipefail
+packages=(libportaudio2 espeak-ng tmux)
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "install-system-deps: no apt-get here; install ${packages[*]} with your package manager" >&2
+  exit 0
+fi
+sudo=""
+[ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && sudo="sudo"
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+$sudo apt-get update -qq >/dev/null 2>&1 || true
+if ! DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1; then
+  echo "install-system-deps: could not install ${missing[*]}; voice features will say what is missing" >&2
+fi
+exit 0
