@@ -1,0 +1,77 @@
+"""`create_app(settings)`: the FastAPI application behind `llamactl serve`."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from llamactl.config import Settings
+from llamactl.models import resolve_model
+
+from . import basic
+from .errors import install_handlers
+from .middleware import GateMiddleware
+from .state import ServerState
+
+API_ROUTERS: list[str] = []  # API families, added as "module:attribute" of this package
+
+
+def _routers():
+    import importlib
+
+    for spec in API_ROUTERS:
+        module, attr = spec.split(":")
+        yield getattr(importlib.import_module(f"{__package__}.{module}"), attr)
+
+
+def create_app(
+    settings: Settings, *, model_path: Path | None = None, state: ServerState | None = None
+) -> FastAPI:
+    """Build the app; the model starts loading when the app starts (lifespan)."""
+    if state is None:
+        path = model_path or resolve_model(settings).path
+        state = ServerState(settings, Path(path))
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        if not state.ready and state.load_error is None:
+            state.start_loading()
+        try:
+            yield
+        finally:
+            state.close()
+
+    app = FastAPI(
+        title="llamactl",
+        version=_version(),
+        summary="OpenAI- and Anthropic-compatible API over a local llama.cpp model",
+        lifespan=lifespan,
+    )
+    app.state.llamactl = state
+    install_handlers(app)
+    app.include_router(basic.router)
+    for router in _routers():
+        app.include_router(router)
+    # Outermost first: CORS answers preflights, then the gate (ids, loading, keys).
+    app.add_middleware(GateMiddleware, state=state)
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=["*"],
+        allow_credentials=True,
+        allow_methods=["*"],
+        allow_headers=["*"],
+        expose_headers=["x-request-id"],
+    )
+    return app
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llamactl")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0.0.0"

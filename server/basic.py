@@ -1,0 +1,89 @@
+"""Health, model list and Prometheus metrics."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from .errors import APIError
+
+router = APIRouter()
+
+
+def server_state(request: Request):
+    return request.app.state.llamactl
+
+
+@router.get("/health", tags=["health"])
+@router.get("/v1/health", include_in_schema=False)
+def health(request: Request) -> JSONResponse:
+    """200 once the model is loaded; 503 `unavailable_error` while it loads (or failed)."""
+    state = server_state(request)
+    if state.ready:
+        return JSONResponse({"status": "ok"})
+    message = state.load_error or "Loading model"
+    return JSONResponse(
+        {"error": {"code": 503, "message": message, "type": "unavailable_error"}}, status_code=503
+    )
+
+
+@router.get("/v1/models", tags=["models"])
+@router.get("/models", include_in_schema=False)
+def list_models(request: Request) -> dict:
+    state = server_state(request)
+    info = state.engine.model.info
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": state.model_id,
+                "object": "model",
+                "created": int(state.metrics.started),
+                "owned_by": "llamactl",
+                "meta": {
+                    "architecture": info.architecture,
+                    "n_ctx_train": info.n_ctx_train,
+                    "n_ctx_slot": state.engine.n_ctx_slot,
+                    "n_params": info.n_params,
+                    "n_vocab": info.n_vocab,
+                    "size": info.size_bytes,
+                    "capabilities": list(info.capabilities),
+                },
+            }
+        ],
+    }
+
+
+@router.get("/metrics", tags=["metrics"], response_class=PlainTextResponse)
+def metrics(request: Request) -> PlainTextResponse:
+    """Prometheus text format; only with --metrics."""
+    state = server_state(request)
+    if not state.settings.metrics:
+        raise APIError(501, "This server does not support metrics endpoint. Start it with --metrics")
+    eng = state.engine
+    st = eng.stats
+    uptime = max(time.time() - state.metrics.started, 1e-9)
+    gen_rate = st.tokens_generated / st.decode_seconds if st.decode_seconds else 0.0
+    rows = [
+        ("requests_total", "counter", "Generation requests accepted", st.requests_total),
+        ("tokens_predicted_total", "counter", "Tokens generated", st.tokens_generated),
+        ("prompt_tokens_total", "counter", "Prompt tokens decoded", st.prompt_tokens_processed),
+        ("prompt_tokens_cached_total", "counter", "Prompt tokens reused from the cache",
+         st.prompt_tokens_cached),
+        ("decode_calls_total", "counter", "llama_decode calls", st.decode_calls),
+        ("predicted_tokens_seconds", "gauge", "Generated tokens per second of decode time",
+         gen_rate),
+        ("requests_processing", "gauge", "Busy slots", eng.busy_slots),
+        ("requests_deferred", "gauge", "Requests waiting for a slot", eng.queue_depth),
+        ("slots_total", "gauge", "Slots", eng.config.n_parallel),
+        ("uptime_seconds", "gauge", "Seconds since the server started", uptime),
+    ]
+    lines = []
+    for name, kind, help_text, value in rows:
+        lines += [f"# HELP llamactl:{name} {help_text}", f"# TYPE llamactl:{name} {kind}",
+                  f"llamactl:{name} {value}"]
+    for route, count in sorted(state.metrics.http_requests.items()):
+        lines.append(f'llamactl:http_requests_total{{route="{route}"}} {count}')
+    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")

@@ -1,0 +1,135 @@
+"""API errors and their wire shapes.
+
+OpenAI routes answer `{"error": {"code", "message", "type"}}` (llama-server's shape, which the
+OpenAI SDKs read); Anthropic routes answer `{"type": "error", "error": {"type", "message"}}`.
+Which shape a response takes is decided by the request path, so one exception type serves all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from llamactl.engine.errors import (
+    ContextLengthError,
+    EngineClosedError,
+    InvalidRequestError,
+    LlamactlError,
+    QueueFullError,
+)
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large_error",
+    422: "unprocessable_entity_error",
+    500: "server_error",
+    501: "not_supported_error",
+    503: "unavailable_error",
+}
+
+# Anthropic's names for the same conditions
+_ANTHROPIC_TYPES = {
+    "invalid_request_error": "invalid_request_error",
+    "exceed_context_size_error": "invalid_request_error",
+    "authentication_error": "authentication_error",
+    "permission_error": "permission_error",
+    "not_found_error": "not_found_error",
+    "request_too_large_error": "request_too_large",
+    "server_error": "api_error",
+    "not_supported_error": "invalid_request_error",
+    "unavailable_error": "overloaded_error",
+}
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, type_: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_ or _TYPES.get(status, "server_error")
+
+
+def bad_request(message: str) -> APIError:
+    return APIError(400, message)
+
+
+def field_range_error(field: str, low: int, high: int, got: Any) -> APIError:
+    """llama-server's wording for an out-of-range integer field."""
+    return APIError(
+        400, f"Field '{field}': Value must be between {low} <= value <= {high}, but got {got}"
+    )
+
+
+def is_anthropic_path(path: str) -> bool:
+    return path.startswith(("/v1/messages", "/messages"))
+
+
+def error_body(path: str, status: int, message: str, type_: str) -> dict[str, Any]:
+    if is_anthropic_path(path):
+        return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(type_, type_),
+                                           "message": message}}
+    return {"error": {"code": status, "message": message, "type": type_}}
+
+
+def error_response(path: str, status: int, message: str, type_: str | None = None) -> JSONResponse:
+    type_ = type_ or _TYPES.get(status, "server_error")
+    return JSONResponse(error_body(path, status, message, type_), status_code=status)
+
+
+def from_engine_error(exc: LlamactlError) -> APIError:
+    """Map the engine's typed errors to HTTP."""
+    if isinstance(exc, ContextLengthError):
+        return APIError(400, str(exc), "exceed_context_size_error")
+    if isinstance(exc, QueueFullError | EngineClosedError):
+        return APIError(503, str(exc))
+    if isinstance(exc, InvalidRequestError):
+        return APIError(400, str(exc))
+    return APIError(500, str(exc))
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    """One line naming the first bad field, e.g. "Field 'messages.0.role': Input should be ..."."""
+    parts = []
+    for err in exc.errors()[:3]:
+        loc = [str(x) for x in err.get("loc", ()) if x != "body"]
+        msg = err.get("msg", "invalid value")
+        if err.get("type") == "json_invalid":
+            parts.append(f"Invalid JSON in the request body: {err.get('ctx', {}).get('error', msg)}")
+        elif loc:
+            parts.append(f"Field '{'.'.join(loc)}': {msg}")
+        else:
+            parts.append(msg)
+    return "; ".join(parts) or "invalid request"
+
+
+def install_handlers(app) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return error_response(request.url.path, exc.status, exc.message, exc.type)
+
+    @app.exception_handler(LlamactlError)
+    async def _engine_error(request: Request, exc: LlamactlError) -> JSONResponse:
+        api = from_engine_error(exc)
+        return error_response(request.url.path, api.status, api.message, api.type)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(request.url.path, 400, _validation_message(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else "error"
+        if exc.status_code == 404:
+            message = f"File Not Found: {request.url.path}"
+        return error_response(request.url.path, exc.status_code, message)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(request.url.path, 500, f"internal error: {exc}")

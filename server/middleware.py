@@ -1,0 +1,108 @@
+"""ASGI middleware: request ids, the loading gate and API keys, for HTTP and websockets alike.
+
+Written as plain ASGI (not Starlette's BaseHTTPMiddleware) so a websocket handshake is refused
+with 401 before the upgrade, and streaming responses pass through untouched.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .errors import error_body
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+log = logging.getLogger("llamactl.server")
+
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/"})
+
+
+def _header(scope: Scope, name: bytes) -> str:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return ""
+
+
+def presented_key(scope: Scope) -> str:
+    """llama-server's rule: `Authorization` (a leading "Bearer " stripped); only when that
+    header is empty, `X-Api-Key`."""
+    auth = _header(scope, b"authorization").strip()
+    if auth:
+        return auth[7:].strip() if auth[:7].lower() == "bearer " else auth
+    return _header(scope, b"x-api-key").strip()
+
+
+def key_matches(presented: str, keys: list[str]) -> bool:
+    """Constant-time comparison against every configured key (no early exit)."""
+    ok = False
+    for key in keys:
+        ok |= hmac.compare_digest(presented.encode(), key.encode())
+    return ok
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, message: str,
+                  type_: str) -> None:
+    body = json.dumps(error_body(scope["path"], status, message, type_)).encode()
+    if scope["type"] == "websocket":
+        # Deny the handshake with an HTTP response (ASGI websocket denial extension), falling
+        # back to a close before accept.
+        if "websocket.http.response" in scope.get("extensions", {}):
+            await send({"type": "websocket.http.response.start", "status": status,
+                        "headers": [(b"content-type", b"application/json; charset=utf-8")]})
+            await send({"type": "websocket.http.response.body", "body": body})
+        else:
+            await send({"type": "websocket.close", "code": 1008})
+        return
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class GateMiddleware:
+    """Request id, 503 while loading, API keys. `state` is the app's ServerState."""
+
+    def __init__(self, app: ASGIApp, state: Any) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        request_id = _header(scope, b"x-request-id") or uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        path = scope["path"]
+        if scope.get("method") == "OPTIONS":  # CORS preflight: no key, no gate
+            await self.app(scope, receive, send)
+            return
+        if path not in PUBLIC_PATHS:
+            if not self.state.ready and scope["type"] == "http" and not path.startswith(
+                ("/docs", "/openapi")
+            ):
+                message = self.state.load_error or "Loading model"
+                await _refuse(scope, receive, send, 503, message, "unavailable_error")
+                return
+            keys = self.state.api_keys
+            if keys and not key_matches(presented_key(scope), keys):
+                log.info("[%s] %s %s: invalid API key", request_id, scope.get("method", "WS"), path)
+                await _refuse(scope, receive, send, 401, "Invalid API Key", "authentication_error")
+                return
+
+        async def send_with_id(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                headers.append((b"x-request-id", request_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
