@@ -120,4 +120,15 @@ class ContentDelta:
     index: int = 0
 
 
-ChatEvent = ReasoningDelta | ContentDelta | Done
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """Chat-level: one tool call parsed out of the output, emitted once it is complete."""
+
+    call_index: int  # position among this choice's tool calls
+    id: str
+    name: str
+    arguments: str  # JSON text of the arguments object
+    index: int = 0
+
+
+ChatEvent = ReasoningDelta | ContentDelta | ToolCallDelta | Done

@@ -1,0 +1,160 @@
+"""Pieces every API family shares: ids, parameter checks, sampling, starting a chat."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+from fastapi import Request
+
+from llamactl.engine.conversation import ChatRequest, ChatStream
+from llamactl.engine.errors import LlamactlError
+from llamactl.engine.grammar import json_grammar, json_schema_grammar
+from llamactl.engine.types import Done, SamplingParams
+
+from .errors import APIError, bad_request, field_range_error, from_engine_error
+from .state import ServerState
+
+INT32_MAX = 2**31 - 1
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}{secrets.token_hex(12)}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def server_state(request: Request) -> ServerState:
+    state: ServerState = request.app.state.llamactl
+    if not state.ready:
+        raise APIError(503, state.load_error or "Loading model", "unavailable_error")
+    state.metrics.count_request(request.url.path)
+    return state
+
+
+def check_model(state: ServerState, model: str | None) -> None:
+    """Unknown model names are refused, as one-model servers in the OpenAI ecosystem do.
+
+    The file name, its stem and the --alias all name this server's model.
+    """
+    if model is None or model == "":
+        return
+    names = {state.model_id, state.model_path.name, state.model_path.stem, str(state.model_path)}
+    if model not in names:
+        raise APIError(
+            400,
+            f"Field 'model': unknown model '{model}'; this server serves '{state.model_id}'",
+            "invalid_request_error",
+        )
+
+
+def check_int_range(field: str, value: int | None, low: int, high: int) -> None:
+    if value is not None and not low <= value <= high:
+        raise field_range_error(field, low, high, value)
+
+
+def check_float_range(field: str, value: float | None, low: float, high: float) -> None:
+    if value is not None and not low <= value <= high:
+        raise bad_request(
+            f"Field '{field}': Value must be between {low} <= value <= {high}, but got {value}"
+        )
+
+
+def sampling_params(
+    state: ServerState,
+    *,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    min_p: float | None = None,
+    seed: int | None = None,
+    presence_penalty: float | None = None,
+    frequency_penalty: float | None = None,
+    repeat_penalty: float | None = None,
+    logit_bias: dict[str, float] | None = None,
+    grammar: str | None = None,
+) -> SamplingParams:
+    """Request values over the server's defaults, validated with messages naming the field."""
+    s = state.settings
+    check_float_range("temperature", temperature, 0.0, 2.0)
+    check_float_range("top_p", top_p, 0.0, 1.0)
+    check_float_range("min_p", min_p, 0.0, 1.0)
+    check_float_range("presence_penalty", presence_penalty, -2.0, 2.0)
+    check_float_range("frequency_penalty", frequency_penalty, -2.0, 2.0)
+    if top_k is not None and top_k < 0:
+        raise bad_request(f"Field 'top_k': Value must be >= 0, but got {top_k}")
+    bias: dict[int, float] = {}
+    for key, value in (logit_bias or {}).items():
+        try:
+            token = int(key)
+        except (TypeError, ValueError):
+            raise bad_request(f"Field 'logit_bias': key '{key}' is not a token id") from None
+        if not 0 <= token < state.engine.model.n_vocab:
+            raise bad_request(f"Field 'logit_bias': token id {token} is out of the vocabulary")
+        check_float_range(f"logit_bias.{key}", value, -100.0, 100.0)
+        bias[token] = float(value)
+    return SamplingParams(
+        temperature=s.temperature if temperature is None else temperature,
+        top_p=s.top_p if top_p is None else top_p,
+        top_k=s.top_k if top_k is None else top_k,
+        min_p=s.min_p if min_p is None else min_p,
+        seed=s.seed if seed is None else seed,
+        presence_penalty=presence_penalty or 0.0,
+        frequency_penalty=frequency_penalty or 0.0,
+        repeat_penalty=repeat_penalty or 1.0,
+        logit_bias=bias,
+        grammar=grammar,
+    )
+
+
+def response_format_grammar(response_format: dict[str, Any] | None) -> str | None:
+    """OpenAI `response_format` → a grammar the sampler enforces (never just a prompt hint)."""
+    if not response_format:
+        return None
+    kind = response_format.get("type")
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        schema = response_format.get("schema")
+        return json_schema_grammar(schema) if schema else json_grammar()
+    if kind == "json_schema":
+        spec = response_format.get("json_schema") or {}
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if schema is None:
+            raise bad_request("Field 'response_format.json_schema.schema' is required")
+        return json_schema_grammar(schema)
+    raise bad_request(
+        f"Field 'response_format.type': expected 'text', 'json_object' or 'json_schema', got '{kind}'"
+    )
+
+
+def start_chat(state: ServerState, request: ChatRequest) -> ChatStream:
+    """Render and submit; engine errors become API errors before any byte is sent."""
+    check_int_range("n", request.n, 1, state.engine.config.n_parallel)
+    try:
+        return state.chat.start(request)
+    except LlamactlError as exc:
+        raise from_engine_error(exc) from exc
+
+
+def ping_interval(state: ServerState, requested: int | None) -> float:
+    """Per-request `sse_ping_interval` over the server's; <= 0 disables pings."""
+    if requested is None:
+        return state.settings.sse_ping_interval
+    check_int_range("sse_ping_interval", requested, -1, INT32_MAX)
+    return float(requested)
+
+
+def total_usage(dones: list[Done]) -> tuple[int, int, int]:
+    """(prompt, cached, completion) over all choices; the prompt counts once."""
+    if not dones:
+        return 0, 0, 0
+    first = min(dones, key=lambda d: d.index)
+    return (
+        first.usage.prompt_tokens,
+        first.usage.cached_tokens,
+        sum(d.usage.completion_tokens for d in dones),
+    )

@@ -1,0 +1,62 @@
+"""Shared fixtures.
+
+Every test runs with the user's own directories and LLAMACTL_* settings hidden (see
+`isolated_dirs`), so a developer's ~/.config/llamactl/config.toml or exported LLAMACTL_PORT can
+never change a test's outcome, and no test can write into their home directory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+@dataclass(frozen=True)
+class IsolatedDirs:
+    """The temporary XDG homes a test runs with; `config_file` does not exist until written."""
+
+    config_home: Path
+    data_home: Path
+    cache_home: Path
+    state_home: Path
+
+    @property
+    def config_file(self) -> Path:
+        """Where llamactl looks for its config by default (XDG_CONFIG_HOME/llamactl)."""
+        return self.config_home / "llamactl" / "config.toml"
+
+    @property
+    def models_dir(self) -> Path:
+        """The default models directory (XDG_DATA_HOME/llamactl/models)."""
+        return self.data_home / "llamactl" / "models"
+
+
+@pytest.fixture(autouse=True)
+def isolated_dirs(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> IsolatedDirs:
+    """Point the XDG homes at fresh temp dirs and clear every LLAMACTL_* variable.
+
+    Clearing (rather than pointing LLAMACTL_CONFIG / LLAMACTL_MODELS_DIR somewhere) means the
+    defaults under the temp XDG homes are what tests see; a test that needs a variable sets
+    it with monkeypatch. The dirs live outside `tmp_path` so tests that inspect their own
+    tmp_path don't find them there. Request this fixture by name to get the paths.
+    """
+    root = tmp_path_factory.mktemp("xdg")
+    dirs = IsolatedDirs(
+        config_home=root / "config",
+        data_home=root / "data",
+        cache_home=root / "cache",
+        state_home=root / "state",
+    )
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(dirs.config_home))
+    monkeypatch.setenv("XDG_DATA_HOME", str(dirs.data_home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(dirs.cache_home))
+    monkeypatch.setenv("XDG_STATE_HOME", str(dirs.state_home))
+    for name in list(os.environ):
+        if name.startswith("LLAMACTL_"):
+            monkeypatch.delenv(name)
+    return dirs

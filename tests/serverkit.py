@@ -1,0 +1,72 @@
+"""Start the real `llamactl serve` app on 127.0.0.1 inside the test process.
+
+Used by the server fixtures in conftest.py. The server runs uvicorn on a thread, with the real
+engine on the embedded model, and is reached over real HTTP by the official SDKs and httpx.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import uvicorn
+
+from llamactl.config import load_settings
+from llamactl.server.app import create_app
+
+
+@dataclass
+class LiveServer:
+    url: str
+    app: Any
+
+    @property
+    def state(self):
+        return self.app.state.llamactl
+
+    @property
+    def v1(self) -> str:
+        return self.url + "/v1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def run_server(**overrides: Any) -> Iterator[LiveServer]:
+    """Serve with settings `overrides` (flag names: parallel, api_key, chat_template_file...)."""
+    overrides.setdefault("parallel", 4)
+    overrides.setdefault("threads", 2)
+    settings = load_settings(overrides)
+    app = create_app(settings)
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or not thread.is_alive():
+            server.should_exit = True
+            raise RuntimeError(f"server did not become healthy: {app.state.llamactl.load_error}")
+        time.sleep(0.05)
+    try:
+        yield LiveServer(url, app)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
