@@ -19,7 +19,13 @@ _init_lock = threading.Lock()
 _initialised = False
 
 # ggml log levels: 0 none, 1 info, 2 warn, 3 error, 4 debug, 5 continuation of the previous line
-_LEVELS = {0: logging.CRITICAL, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.DEBUG}
+_LEVELS = {
+    0: logging.CRITICAL,
+    1: logging.INFO,
+    2: logging.WARNING,
+    3: logging.ERROR,
+    4: logging.DEBUG,
+}
 
 
 @llama_cpp.llama_log_callback

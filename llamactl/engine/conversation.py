@@ -11,19 +11,18 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .chat import ChatTemplate, ReasoningParser, ThinkingMarkers, thinking_markers
-from .engine import Engine, GenerationRequest
+from .chat import (
+    CHATML_TEMPLATE,
+    ChatTemplate,
+    OutputPipeline,
+    PlainTextParser,
+    ReasoningParser,
+    ThinkingMarkers,
+)
+from .engine import Engine, GenerationRequest, ReasoningSpec
 from .errors import InvalidRequestError
 from .stream import GenerationStream
 from .types import ChatEvent, ContentDelta, Done, ReasoningDelta, SamplingParams, TextDelta
-
-# A model whose GGUF carries no template gets ChatML, the most common layout.
-CHATML_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
 
 
 @dataclass
@@ -40,6 +39,7 @@ class ChatRequest:
     echo: bool = False  # include the continued assistant text in the output
     logprobs: int | None = None
     enable_thinking: bool | None = None
+    reasoning_budget: int | None = None  # reasoning tokens before the end marker is forced
     cache_prompt: bool = True
 
 
@@ -61,7 +61,8 @@ class ChatModel:
         self.template = ChatTemplate(
             self.template_source, bos_token=info.bos_token, eos_token=info.eos_token
         )
-        self.markers: ThinkingMarkers | None = thinking_markers(self.template_source)
+        self.markers: ThinkingMarkers | None = self.template.markers
+        self._end_tokens: tuple[int, ...] | None = None
 
     def render(self, req: ChatRequest) -> RenderedChat:
         if not req.messages:
@@ -74,8 +75,9 @@ class ChatModel:
         if add_gen is None:
             add_gen = not cont
         kwargs = dict(req.template_kwargs)
-        if req.enable_thinking is not None:
-            kwargs.setdefault("enable_thinking", req.enable_thinking)
+        toggle = self.template.thinking_toggle
+        if req.enable_thinking is not None and toggle is not None:
+            kwargs.setdefault(toggle, req.enable_thinking)
         text = self.template.render(
             req.messages,
             tools=req.tools,
@@ -102,14 +104,36 @@ class ChatModel:
                 n=req.n,
                 logprobs=req.logprobs,
                 cache_prompt=req.cache_prompt,
+                render_special=self._renders_special(),
+                reasoning=self._reasoning_spec(rendered, req),
             )
         )
         return ChatStream(self, stream, rendered, req)
 
-    def end_reasoning_tokens(self) -> list[int]:
-        if self.markers is None:
-            return []
-        return self.engine.model.tokenize("\n" + self.markers.end + "\n\n", add_special=False)
+    def _reasoning_spec(self, rendered: RenderedChat, req: ChatRequest) -> ReasoningSpec | None:
+        m = self.markers
+        if m is None:
+            return None
+        if self._end_tokens is None:
+            self._end_tokens = tuple(
+                self.engine.model.tokenize("\n" + m.end + "\n\n", add_special=False)
+            )
+        return ReasoningSpec(
+            start=m.start,
+            end=m.end,
+            end_tokens=self._end_tokens,
+            open=rendered.opens_reasoning,
+            budget=req.reasoning_budget,
+        )
+
+    def _renders_special(self) -> bool:
+        """Families whose markers are control tokens (gpt-oss channels) need them in the text."""
+        m = self.markers
+        if m is None:
+            return False
+        model = self.engine.model
+        ids = model.tokenize(m.start, add_special=False, parse_special=True)
+        return any(not model.detokenize([t]) for t in ids)
 
 
 class ChatStream:
@@ -122,11 +146,13 @@ class ChatStream:
         self.raw = stream
         self.rendered = rendered
         markers = chat.markers
-        self._parsers = [
-            ReasoningParser(markers.start, markers.end, starts_in_reasoning=rendered.opens_reasoning)
+        self._parsers: list[ReasoningParser | PlainTextParser | OutputPipeline] = [
+            ReasoningParser.from_markers(
+                markers, starts_in_reasoning=rendered.opens_reasoning, index=i
+            )
             if markers is not None
-            else None
-            for _ in range(req.n)
+            else PlainTextParser(i)
+            for i in range(req.n)
         ]
         self._echo = req.echo and rendered.prefill
         self._prefill_sent = [False] * req.n
@@ -138,11 +164,13 @@ class ChatStream:
     def cancel(self) -> None:
         self.raw.cancel()
 
+    @property
+    def reasoning_enabled(self) -> bool:
+        return self.chat.markers is not None
+
     def end_reasoning(self) -> bool:
-        """Force the end-of-thinking marker next in every choice still reasoning."""
-        if not any(p is not None and p.in_reasoning for p in self._parsers):
-            return False
-        return self.chat.engine.force_tokens(self.raw, self.chat.end_reasoning_tokens())
+        """Force the end-of-thinking marker next in every choice that is reasoning now."""
+        return self.chat.engine.end_reasoning(self.raw)
 
     def _translate(self, event: TextDelta | Done) -> list[ChatEvent]:
         i = event.index
@@ -152,14 +180,10 @@ class ChatStream:
             self._prefill_sent[i] = True
             out.append(ContentDelta(self.rendered.prefill, i))
         if isinstance(event, Done):
-            if parser is not None:
-                out.extend(_indexed(parser.finish(), i))
+            out.extend(parser.finish())
             out.append(event)
             return out
-        if parser is None:
-            out.append(ContentDelta(event.text, i))
-        else:
-            out.extend(_indexed(parser.feed(event.text), i))
+        out.extend(parser.feed(event.text))
         return out
 
     def __iter__(self) -> Iterator[ChatEvent]:
@@ -190,10 +214,6 @@ class ChatResult:
     content: str = ""
     reasoning: str = ""
     done: Done | None = None
-
-
-def _indexed(events: list[ChatEvent], index: int) -> list[ChatEvent]:
-    return [type(e)(e.text, index) if e.index != index else e for e in events]
 
 
 def _content_of(message: dict[str, Any]) -> str:

@@ -65,6 +65,19 @@ class EngineConfig:
     cache_prompt: bool = True  # reuse a slot's KV prefix for a new prompt
 
 
+@dataclass(frozen=True)
+class ReasoningSpec:
+    """Lets the engine end a choice's reasoning on its own: after `budget` tokens, or when
+    asked (`Engine.end_reasoning`), it forces `end_tokens` next. Text markers tell it whether
+    a choice is reasoning; `open` says the prompt already opened the block."""
+
+    start: str
+    end: str
+    end_tokens: tuple[int, ...]
+    open: bool = False
+    budget: int | None = None  # reasoning tokens allowed; None: unlimited, 0: none at all
+
+
 @dataclass
 class GenerationRequest:
     prompt: list[int]
@@ -76,6 +89,7 @@ class GenerationRequest:
     render_special: bool = False  # show control tokens (e.g. gpt-oss channels) in the text
     ignore_eos: bool = False
     cache_prompt: bool = True
+    reasoning: ReasoningSpec | None = None
 
 
 SlotState = Literal["idle", "waiting_parent", "prompt", "generating"]
@@ -105,6 +119,9 @@ class _Slot:
         self.generated: list[int] = []
         self.cached = 0
         self.t_start = self.t_prompt_done = 0.0
+        self.in_reasoning = False
+        self.reasoning_tokens = 0
+        self.marker_tail = ""  # recent text, to spot reasoning markers split over tokens
 
     @property
     def busy(self) -> bool:
@@ -119,9 +136,9 @@ class Engine:
         self.config = config = config or EngineConfig()
         if config.n_parallel < 1:
             raise InvalidRequestError("n_parallel must be at least 1")
-        n_ctx = config.n_ctx or min(model.info.n_ctx_train or DEFAULT_SLOT_CTX, DEFAULT_SLOT_CTX) * (
-            config.n_parallel
-        )
+        n_ctx = config.n_ctx or min(
+            model.info.n_ctx_train or DEFAULT_SLOT_CTX, DEFAULT_SLOT_CTX
+        ) * (config.n_parallel)
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = config.n_batch
@@ -164,6 +181,7 @@ class Engine:
         """Queue a generation; events arrive on the returned stream."""
         self._validate(request)
         stream = GenerationStream(request.n, self._request_cancel)
+        stream.has_reasoning = request.reasoning is not None
         with self._cv:
             if self._closing:
                 raise EngineClosedError("the engine is shut down")
@@ -185,6 +203,19 @@ class Engine:
             return False
         with self._cv:
             self._forces.append((stream, list(tokens)))
+            self._cv.notify()
+        return True
+
+    def end_reasoning(self, stream: GenerationStream) -> bool:
+        """End the reasoning of every choice of `stream` that is reasoning now.
+
+        Decided on the decode thread, so a choice that has just closed its reasoning block
+        is left alone. Returns False when the request has no reasoning spec or is finished.
+        """
+        if stream.finished or not stream.has_reasoning:
+            return False
+        with self._cv:
+            self._forces.append((stream, []))
             self._cv.notify()
         return True
 
@@ -233,14 +264,15 @@ class Engine:
             raise InvalidRequestError("the prompt is empty")
         if not 1 <= r.n <= self.config.n_parallel:
             raise InvalidRequestError(
-                f"n must be between 1 and the number of slots ({self.config.n_parallel}), "
-                f"got {r.n}"
+                f"n must be between 1 and the number of slots ({self.config.n_parallel}), got {r.n}"
             )
         if r.max_tokens is not None and r.max_tokens < 0:
             raise InvalidRequestError("max_tokens must not be negative")
         bad = [t for t in r.prompt if not 0 <= t < self.model.n_vocab]
         if bad:
-            raise InvalidRequestError(f"the prompt holds token ids outside the vocabulary: {bad[:5]}")
+            raise InvalidRequestError(
+                f"the prompt holds token ids outside the vocabulary: {bad[:5]}"
+            )
         if len(r.prompt) >= self.n_ctx_slot:
             raise ContextLengthError(len(r.prompt), self.n_ctx_slot)
 
@@ -288,16 +320,29 @@ class Engine:
                     self._queue.remove(item)
             for _, req in queued:
                 for i in range(req.n):
-                    stream._push(Done("cancelled", Usage(prompt_tokens=len(req.prompt)), Timings(), index=i))
+                    stream._push(
+                        Done("cancelled", Usage(prompt_tokens=len(req.prompt)), Timings(), index=i)
+                    )
             for slot in self._slots:
                 if slot.stream is stream:
                     self._finish(slot, "cancelled")
 
     def _apply_forces(self, forces: list[tuple[GenerationStream, list[int]]]) -> None:
+        """Explicit tokens go to every live choice; an empty list means "end reasoning"."""
         for stream, tokens in forces:
             for slot in self._slots:
-                if slot.stream is stream and slot.state in ("prompt", "generating", "waiting_parent"):
+                if slot.stream is not stream or slot.state == "idle":
+                    continue
+                if tokens:
                     slot.forced.extend(tokens)
+                else:
+                    self._force_reasoning_end(slot)
+
+    def _force_reasoning_end(self, slot: _Slot) -> None:
+        spec = slot.request.reasoning
+        if spec is not None and slot.in_reasoning and not slot.forced:
+            slot.forced.extend(spec.end_tokens)
+            slot.in_reasoning = False  # no second force while these tokens drain
 
     # ------------------------------------------------------------ admission
     def _admit(self) -> None:
@@ -334,8 +379,9 @@ class Engine:
         now = time.perf_counter()
         slots = [parent]
         for _ in range(req.n - 1):
-            child = min((s for s in self._slots if not s.busy and s not in slots),
-                        key=lambda s: s.last_used)
+            child = min(
+                (s for s in self._slots if not s.busy and s not in slots), key=lambda s: s.last_used
+            )
             self._clear_kv(child)
             slots.append(child)
         try:
@@ -356,6 +402,9 @@ class Engine:
             slot.stops = StopMatcher(req.stop)
             slot.t_start = now
             slot.cached = keep
+            slot.in_reasoning = req.reasoning is not None and req.reasoning.open
+            if slot.in_reasoning and req.reasoning.budget == 0:
+                self._force_reasoning_end(slot)
             slot.state = "waiting_parent" if i else "prompt"
         parent.children = slots[1:]
         parent.prompt_pos = keep
@@ -400,7 +449,9 @@ class Engine:
                 sample_rows.append((slot, row))
         # 2. prompt chunks, oldest request first, while the batch has room
         prompt_chunks: list[tuple[_Slot, int]] = []
-        for slot in sorted((s for s in self._slots if s.state == "prompt"), key=lambda s: s.t_start):
+        for slot in sorted(
+            (s for s in self._slots if s.state == "prompt"), key=lambda s: s.t_start
+        ):
             room = batch.free_rows
             if room <= 0:
                 break
@@ -429,7 +480,7 @@ class Engine:
             slot.prompt_pos += take
             self.stats.prompt_tokens_processed += take
         now = time.perf_counter()
-        for slot, row in sample_rows:
+        for slot, _row in sample_rows:
             if slot.state == "generating":
                 slot.kv_tokens.append(slot.pending)
                 slot.pending = None
@@ -473,7 +524,10 @@ class Engine:
             self._emit(slot, slot.detok.flush() + slot.stops.flush(), (token,), logprobs)
             self._finish(slot, "stop")
             return
-        text, stop = slot.stops.push(slot.detok.push(token))
+        piece = slot.detok.push(token)
+        if req.reasoning is not None:
+            self._track_reasoning(slot, piece)
+        text, stop = slot.stops.push(piece)
         if stop is not None:
             self._emit(slot, text, (token,), logprobs)
             self._finish(slot, "stop", stop)
@@ -488,6 +542,26 @@ class Engine:
             self._finish(slot, "length")
             return
         slot.pending = token
+
+    def _track_reasoning(self, slot: _Slot, piece: str) -> None:
+        """Follow the reasoning markers in the output and enforce the budget."""
+        spec = slot.request.reasoning
+        tail = (slot.marker_tail + piece)[-(len(spec.start) + len(spec.end) + 16) :]
+        forcing = bool(slot.forced)
+        if slot.in_reasoning or forcing:
+            if spec.end in tail:
+                slot.in_reasoning = False
+                tail = tail[tail.rindex(spec.end) + len(spec.end) :]
+            elif slot.in_reasoning:
+                slot.reasoning_tokens += 1
+                if spec.budget is not None and slot.reasoning_tokens >= spec.budget:
+                    self._force_reasoning_end(slot)
+        elif spec.start in tail:
+            slot.in_reasoning = True
+            tail = tail[tail.rindex(spec.start) + len(spec.start) :]
+            if spec.budget == 0:
+                self._force_reasoning_end(slot)
+        slot.marker_tail = tail
 
     def _emit(self, slot: _Slot, text: str, tokens: tuple[int, ...], logprobs: tuple) -> None:
         if text or logprobs:

@@ -5,6 +5,7 @@ The model owns the `llama_model` handle; contexts (slots, batching) live in `Eng
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -79,10 +80,8 @@ class Model:
             self._handle = None
 
     def __del__(self) -> None:  # best effort; Engine.close() is the deterministic path
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
     # ---------------------------------------------------------------- metadata
     def meta(self, key: str) -> str | None:
@@ -180,7 +179,9 @@ class Model:
             self._piece_cache[key] = piece
         return piece
 
-    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
         """Text to token ids; `add_special` adds BOS where the model wants it."""
         data = text.encode("utf-8")
         n_max = len(data) + 8

@@ -8,6 +8,7 @@ a slow client and the event loop never blocks on the decode thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 from collections import deque
@@ -35,6 +36,7 @@ class GenerationStream:
         self._open_choices = n_choices
         self._closed = False
         self.cancelled = False
+        self.has_reasoning = False  # the engine can end this request's reasoning on demand
         self.done: list[Done | None] = [None] * n_choices
 
     # ------------------------------------------------------------- producer
@@ -56,10 +58,9 @@ class GenerationStream:
             waiter = self._async_waiter
         if waiter is not None:
             loop, event = waiter
-            try:
+            # a RuntimeError means the consumer's loop is gone: nobody is listening
+            with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(event.set)
-            except RuntimeError:  # the consumer's loop is gone: nobody is listening
-                pass
 
     @property
     def finished(self) -> bool:
