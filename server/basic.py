@@ -61,7 +61,9 @@ def metrics(request: Request) -> PlainTextResponse:
     """Prometheus text format; only with --metrics."""
     state = server_state(request)
     if not state.settings.metrics:
-        raise APIError(501, "This server does not support metrics endpoint. Start it with --metrics")
+        raise APIError(
+            501, "This server does not support metrics endpoint. Start it with --metrics"
+        )
     eng = state.engine
     st = eng.stats
     uptime = max(time.time() - state.metrics.started, 1e-9)
@@ -70,11 +72,19 @@ def metrics(request: Request) -> PlainTextResponse:
         ("requests_total", "counter", "Generation requests accepted", st.requests_total),
         ("tokens_predicted_total", "counter", "Tokens generated", st.tokens_generated),
         ("prompt_tokens_total", "counter", "Prompt tokens decoded", st.prompt_tokens_processed),
-        ("prompt_tokens_cached_total", "counter", "Prompt tokens reused from the cache",
-         st.prompt_tokens_cached),
+        (
+            "prompt_tokens_cached_total",
+            "counter",
+            "Prompt tokens reused from the cache",
+            st.prompt_tokens_cached,
+        ),
         ("decode_calls_total", "counter", "llama_decode calls", st.decode_calls),
-        ("predicted_tokens_seconds", "gauge", "Generated tokens per second of decode time",
-         gen_rate),
+        (
+            "predicted_tokens_seconds",
+            "gauge",
+            "Generated tokens per second of decode time",
+            gen_rate,
+        ),
         ("requests_processing", "gauge", "Busy slots", eng.busy_slots),
         ("requests_deferred", "gauge", "Requests waiting for a slot", eng.queue_depth),
         ("slots_total", "gauge", "Slots", eng.config.n_parallel),
@@ -82,8 +92,11 @@ def metrics(request: Request) -> PlainTextResponse:
     ]
     lines = []
     for name, kind, help_text, value in rows:
-        lines += [f"# HELP llamactl:{name} {help_text}", f"# TYPE llamactl:{name} {kind}",
-                  f"llamactl:{name} {value}"]
+        lines += [
+            f"# HELP llamactl:{name} {help_text}",
+            f"# TYPE llamactl:{name} {kind}",
+            f"llamactl:{name} {value}",
+        ]
     for route, count in sorted(state.metrics.http_requests.items()):
         lines.append(f'llamactl:http_requests_total{{route="{route}"}} {count}')
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")

@@ -127,7 +127,8 @@ def response_format_grammar(response_format: dict[str, Any] | None) -> str | Non
             raise bad_request("Field 'response_format.json_schema.schema' is required")
         return json_schema_grammar(schema)
     raise bad_request(
-        f"Field 'response_format.type': expected 'text', 'json_object' or 'json_schema', got '{kind}'"
+        "Field 'response_format.type': expected 'text', 'json_object' or 'json_schema', "
+        f"got '{kind}'"
     )
 
 

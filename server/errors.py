@@ -73,8 +73,10 @@ def is_anthropic_path(path: str) -> bool:
 
 def error_body(path: str, status: int, message: str, type_: str) -> dict[str, Any]:
     if is_anthropic_path(path):
-        return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(type_, type_),
-                                           "message": message}}
+        return {
+            "type": "error",
+            "error": {"type": _ANTHROPIC_TYPES.get(type_, type_), "message": message},
+        }
     return {"error": {"code": status, "message": message, "type": type_}}
 
 
@@ -101,7 +103,9 @@ def _validation_message(exc: RequestValidationError) -> str:
         loc = [str(x) for x in err.get("loc", ()) if x != "body"]
         msg = err.get("msg", "invalid value")
         if err.get("type") == "json_invalid":
-            parts.append(f"Invalid JSON in the request body: {err.get('ctx', {}).get('error', msg)}")
+            parts.append(
+                f"Invalid JSON in the request body: {err.get('ctx', {}).get('error', msg)}"
+            )
         elif loc:
             parts.append(f"Field '{'.'.join(loc)}': {msg}")
         else:

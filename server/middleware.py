@@ -49,22 +49,35 @@ def key_matches(presented: str, keys: list[str]) -> bool:
     return ok
 
 
-async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, message: str,
-                  type_: str) -> None:
+async def _refuse(
+    scope: Scope, receive: Receive, send: Send, status: int, message: str, type_: str
+) -> None:
     body = json.dumps(error_body(scope["path"], status, message, type_)).encode()
     if scope["type"] == "websocket":
         # Deny the handshake with an HTTP response (ASGI websocket denial extension), falling
         # back to a close before accept.
         if "websocket.http.response" in scope.get("extensions", {}):
-            await send({"type": "websocket.http.response.start", "status": status,
-                        "headers": [(b"content-type", b"application/json; charset=utf-8")]})
+            await send(
+                {
+                    "type": "websocket.http.response.start",
+                    "status": status,
+                    "headers": [(b"content-type", b"application/json; charset=utf-8")],
+                }
+            )
             await send({"type": "websocket.http.response.body", "body": body})
         else:
             await send({"type": "websocket.close", "code": 1008})
         return
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json; charset=utf-8"),
-                            (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -86,8 +99,10 @@ class GateMiddleware:
             await self.app(scope, receive, send)
             return
         if path not in PUBLIC_PATHS:
-            if not self.state.ready and scope["type"] == "http" and not path.startswith(
-                ("/docs", "/openapi")
+            if (
+                not self.state.ready
+                and scope["type"] == "http"
+                and not path.startswith(("/docs", "/openapi"))
             ):
                 message = self.state.load_error or "Loading model"
                 await _refuse(scope, receive, send, 503, message, "unavailable_error")

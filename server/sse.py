@@ -8,6 +8,7 @@ disconnects; `on_close` then cancels the engine stream so its slot is freed with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -50,10 +51,8 @@ async def with_pings(source: AsyncIterator[str], interval: float | None) -> Asyn
     finally:
         if pending is not None and not pending.done():
             pending.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
                 await pending
-            except (asyncio.CancelledError, StopAsyncIteration, Exception):
-                pass
         aclose = getattr(it, "aclose", None)
         if aclose is not None:
             await aclose()

@@ -70,9 +70,12 @@ class ServerState:
     def _load(self) -> None:
         try:
             t0 = time.perf_counter()
+            template = None
+            if self.settings.chat_template_file is not None:
+                template = Path(self.settings.chat_template_file).read_text(encoding="utf-8")
             engine = self._engine_factory(self)
             self.engine = engine
-            self.chat = ChatModel(engine)
+            self.chat = ChatModel(engine, template=template)
             log.info("model %s ready in %.1f s", self.model_id, time.perf_counter() - t0)
         except Exception as exc:  # surfaced by /health and every route
             log.error("could not load the model: %s", exc)

@@ -568,30 +568,34 @@ class Engine:
             slot.stream._push(TextDelta(text, tokens, logprobs, slot.index))
 
     def _finish(self, slot: _Slot, reason: FinishReason, stop: str | None = None) -> None:
+        """End the slot's generation; the slot is idle before its `Done` is delivered, so a
+        caller that sees `Done` can count on the slot being free."""
         now = time.perf_counter()
-        req, stream = slot.request, slot.stream
-        if slot.children:  # a parent cancelled before its prompt finished takes its children
-            for child in slot.children:
-                self._finish(child, reason)
+        req, stream, index = slot.request, slot.stream, slot.index
+        for child in slot.children:  # a parent ended before its prompt finished takes them along
+            self._finish(child, reason)
+        done = None
         if stream is not None and req is not None:
             prompt_done = slot.t_prompt_done or now
-            n_gen = len(slot.generated)
+            shared = index > 0  # a child: the parent decoded the prompt for it
             timings = Timings(
-                prompt_n=len(req.prompt) - slot.cached,
-                prompt_ms=(prompt_done - slot.t_start) * 1000.0,
-                predicted_n=n_gen,
+                prompt_n=0 if shared else len(req.prompt) - slot.cached,
+                prompt_ms=0.0 if shared else (prompt_done - slot.t_start) * 1000.0,
+                predicted_n=len(slot.generated),
                 predicted_ms=(now - prompt_done) * 1000.0 if slot.t_prompt_done else 0.0,
                 cache_n=slot.cached,
             )
-            usage = Usage(len(req.prompt), slot.cached, n_gen)
-            stream._push(Done(reason, usage, timings, stop, tuple(slot.generated), slot.index))
+            usage = Usage(len(req.prompt), slot.cached, len(slot.generated))
+            done = Done(reason, usage, timings, stop, tuple(slot.generated), index)
         if slot.sampler:
             slot.sampler.free()
-        if slot.state == "waiting_parent" or (slot.state == "prompt" and slot.prompt_pos == 0):
+        if slot.state == "waiting_parent":
             self._clear_kv(slot)
         slot.last_used = now
         slot._reset_job()
         slot.state = "idle"
+        if done is not None:
+            stream._push(done)
 
     def _decode_failed(self, rc: int, sample_rows, prompt_chunks) -> None:
         """A failed decode leaves the batch's sequences in an unknown state: end them."""
