@@ -60,3 +60,28 @@ def isolated_dirs(
         if name.startswith("LLAMACTL_"):
             monkeypatch.delenv(name)
     return dirs
+
+
+# --------------------------------------------------------------------------- live servers
+# The real server on 127.0.0.1 with the embedded model, shared by the server tests.
+# Tests that need other settings (API keys, a small queue) start their own with
+# `serverkit.run_server(...)`.
+
+
+@pytest.fixture(scope="session")
+def server():
+    """`llamactl serve` defaults: 4 slots, the model's own (ChatML) template."""
+    from serverkit import run_server
+
+    with run_server(parallel=4) as live:
+        yield live
+
+
+@pytest.fixture(scope="session")
+def thinking_server():
+    """A server whose template opens a <think> block in the generation prompt, so SmolLM2's
+    output starts as reasoning: exercises reasoning deltas, budgets and the control endpoint."""
+    from serverkit import THINK_TEMPLATE, run_server
+
+    with run_server(parallel=4, chat_template_file=str(THINK_TEMPLATE)) as live:
+        yield live

@@ -7,18 +7,20 @@ engine on the embedded model, and is reached over real HTTP by the official SDKs
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import uvicorn
+from llamactl.server.app import create_app
 
 from llamactl.config import load_settings
-from llamactl.server.app import create_app
 
 
 @dataclass
@@ -41,12 +43,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+DATA = Path(__file__).parent / "data"
+THINK_TEMPLATE = DATA / "think-chatml.jinja"
+
+
+def hermetic_settings(overrides: dict[str, Any]):
+    """Settings from `overrides` and defaults only: no user config file, no LLAMACTL_* vars
+    (session-scoped servers start before the per-test isolation fixture runs)."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith("LLAMACTL_")}
+    for k in saved:
+        del os.environ[k]
+    try:
+        return load_settings(overrides, config_path=os.devnull)
+    finally:
+        os.environ.update(saved)
+
+
 @contextlib.contextmanager
 def run_server(**overrides: Any) -> Iterator[LiveServer]:
     """Serve with settings `overrides` (flag names: parallel, api_key, chat_template_file...)."""
     overrides.setdefault("parallel", 4)
     overrides.setdefault("threads", 2)
-    settings = load_settings(overrides)
+    settings = hermetic_settings(overrides)
     app = create_app(settings)
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
