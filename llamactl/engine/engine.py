@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import llama_cpp
@@ -113,6 +113,9 @@ class _Slot:
         self.prompt_pos = 0  # next prompt token to decode
         self.pending: int | None = None  # sampled, not yet decoded
         self.sampler: SamplerChain | None = None
+        # Without the grammar: used while the model reasons, so a JSON grammar constrains only
+        # the answer (None when the request has no grammar or no reasoning markers).
+        self.free_sampler: SamplerChain | None = None
         self.detok: IncrementalDetokenizer | None = None
         self.stops: StopMatcher | None = None
         self.forced: deque[int] = deque()
@@ -126,6 +129,17 @@ class _Slot:
     @property
     def busy(self) -> bool:
         return self.state != "idle"
+
+    def free_samplers(self) -> None:
+        for chain in (self.sampler, self.free_sampler):
+            if chain is not None:
+                chain.free()
+
+    def active_sampler(self) -> SamplerChain:
+        """The grammar-free chain while reasoning (or draining forced tokens), else the main one."""
+        if self.free_sampler is not None and (self.in_reasoning or self.forced):
+            return self.free_sampler
+        return self.sampler
 
 
 class Engine:
@@ -246,8 +260,7 @@ class Engine:
             stream._push(err)
         self._queue.clear()
         for slot in self._slots:
-            if slot.sampler:
-                slot.sampler.free()
+            slot.free_samplers()
         self._batch.free()
         llama_cpp.llama_free(self._ctx)
         self._ctx = None
@@ -390,10 +403,13 @@ class Engine:
                 if i and sampling.seed is not None:  # children differ: seed + k
                     sampling = _with_seed(sampling, sampling.seed + i)
                 slot.sampler = SamplerChain(self.model.vocab, self.model.n_vocab, sampling)
+                if sampling.grammar and req.reasoning is not None:
+                    slot.free_sampler = SamplerChain(
+                        self.model.vocab, self.model.n_vocab, replace(sampling, grammar=None)
+                    )
         except Exception:
             for slot in slots:
-                if slot.sampler:
-                    slot.sampler.free()
+                slot.free_samplers()
                 slot._reset_job()
             raise
         for i, slot in enumerate(slots):
@@ -408,6 +424,8 @@ class Engine:
             slot.state = "waiting_parent" if i else "prompt"
         parent.children = slots[1:]
         parent.prompt_pos = keep
+        stream.cached_tokens = keep
+        stream.admitted.set()
         self.stats.prompt_tokens_cached += keep
 
     def _piece_fn(self, special: bool) -> Callable[[int], bytes]:
@@ -506,11 +524,13 @@ class Engine:
 
     def _sample(self, slot: _Slot, row: int) -> None:
         req = slot.request
+        chain = slot.active_sampler()
         if slot.forced:
             token = slot.forced.popleft()
-            slot.sampler.accept(token)
+            if chain is not slot.sampler or not req.sampling.grammar:
+                chain.accept(token)  # a grammar may not accept a forced token: never feed it one
         else:
-            token = slot.sampler.sample(self._ctx, row)
+            token = chain.sample(self._ctx, row)
         slot.generated.append(token)
         self.stats.tokens_generated += 1
         logprobs = ()
@@ -585,10 +605,9 @@ class Engine:
                 predicted_ms=(now - prompt_done) * 1000.0 if slot.t_prompt_done else 0.0,
                 cache_n=slot.cached,
             )
-            usage = Usage(len(req.prompt), slot.cached, len(slot.generated))
+            usage = Usage(len(req.prompt), slot.cached, len(slot.generated), slot.reasoning_tokens)
             done = Done(reason, usage, timings, stop, tuple(slot.generated), index)
-        if slot.sampler:
-            slot.sampler.free()
+        slot.free_samplers()
         if slot.state == "waiting_parent":
             self._clear_kv(slot)
         slot.last_used = now
@@ -644,6 +663,4 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def _with_seed(params: SamplingParams, seed: int) -> SamplingParams:
-    from dataclasses import replace
-
     return replace(params, seed=seed)

@@ -37,6 +37,9 @@ class GenerationStream:
         self._closed = False
         self.cancelled = False
         self.has_reasoning = False  # the engine can end this request's reasoning on demand
+        # prompt tokens reused from a slot's cache; known once the request is admitted
+        self.cached_tokens: int | None = None
+        self.admitted = threading.Event()
         self.done: list[Done | None] = [None] * n_choices
 
     # ------------------------------------------------------------- producer

@@ -38,6 +38,7 @@ class Usage:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    reasoning_tokens: int = 0  # of the completion tokens, those inside the reasoning block
 
     @property
     def total_tokens(self) -> int:

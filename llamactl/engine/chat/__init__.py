@@ -18,6 +18,15 @@ from llamactl.engine.chat.pipeline import (
 )
 from llamactl.engine.chat.reasoning import ChatDelta, ReasoningParser, coalesce, split_reasoning
 from llamactl.engine.chat.template import CHATML_TEMPLATE, ChatTemplate
+from llamactl.engine.chat.tools import (
+    ToolCall,
+    ToolCallFormat,
+    ToolCallParser,
+    make_tool_call_id,
+    parse_tool_calls,
+    tool_call_format,
+    tool_call_grammar,
+)
 
 __all__ = [
     "CHATML_TEMPLATE",
@@ -30,12 +39,19 @@ __all__ = [
     "ReasoningParser",
     "TextStage",
     "ThinkingMarkers",
+    "ToolCall",
+    "ToolCallFormat",
+    "ToolCallParser",
     "coalesce",
     "content_text",
+    "make_tool_call_id",
     "output_parser",
+    "parse_tool_calls",
     "prompt_opens_reasoning",
     "split_reasoning",
     "supports_enable_thinking",
     "thinking_markers",
     "thinking_toggle",
+    "tool_call_format",
+    "tool_call_grammar",
 ]
