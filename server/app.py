@@ -16,7 +16,13 @@ from .errors import install_handlers
 from .middleware import GateMiddleware
 from .state import ServerState
 
-API_ROUTERS: list[str] = []  # API families, added as "module:attribute" of this package
+# API families, added as "module:attribute" of this package
+API_ROUTERS: list[str] = [
+    "anthropic_messages:router",
+    "openai_chat:router",
+    "openai_completions:router",
+    "openai_responses.routes:router",
+]
 
 
 def _routers():

@@ -148,7 +148,10 @@ class ChatStream:
         markers = chat.markers
         self._parsers: list[ReasoningParser | PlainTextParser | OutputPipeline] = [
             ReasoningParser.from_markers(
-                markers, starts_in_reasoning=rendered.opens_reasoning, index=i
+                markers,
+                starts_in_reasoning=rendered.opens_reasoning,
+                index=i,
+                continues_text=bool(rendered.prefill),
             )
             if markers is not None
             else PlainTextParser(i)
@@ -172,7 +175,9 @@ class ChatStream:
         """Force the end-of-thinking marker next in every choice that is reasoning now."""
         return self.chat.engine.end_reasoning(self.raw)
 
-    def _translate(self, event: TextDelta | Done) -> list[ChatEvent]:
+    def translate(self, event: TextDelta | Done) -> list[ChatEvent]:
+        """One raw engine event as chat events; public for callers that iterate `raw` because
+        they also need what only raw events carry (log-probabilities)."""
         i = event.index
         parser = self._parsers[i]
         out: list[ChatEvent] = []
@@ -188,11 +193,11 @@ class ChatStream:
 
     def __iter__(self) -> Iterator[ChatEvent]:
         for event in self.raw:
-            yield from self._translate(event)
+            yield from self.translate(event)
 
     async def __aiter__(self) -> AsyncIterator[ChatEvent]:
         async for event in self.raw:
-            for out in self._translate(event):
+            for out in self.translate(event):
                 yield out
 
     def collect(self) -> list[ChatResult]:

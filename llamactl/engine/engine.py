@@ -31,7 +31,7 @@ from .errors import (
     QueueFullError,
 )
 from .model import Model
-from .sampling import SamplerChain, token_logprobs
+from .sampling import SamplerChain, check_grammar, token_logprobs
 from .stops import StopMatcher
 from .stream import GenerationStream
 from .types import Done, FinishReason, SamplingParams, TextDelta, Timings, Usage
@@ -288,6 +288,8 @@ class Engine:
             )
         if len(r.prompt) >= self.n_ctx_slot:
             raise ContextLengthError(len(r.prompt), self.n_ctx_slot)
+        if r.sampling.grammar:
+            check_grammar(self.model.vocab, r.sampling.grammar)
 
     def _request_cancel(self, stream: GenerationStream) -> None:
         with self._cv:

@@ -91,6 +91,14 @@ class SamplerChain:
         self.free()
 
 
+def check_grammar(vocab: llama_cpp.llama_vocab_p, grammar: str) -> None:
+    """Parse a grammar once up front, so a bad one is refused before the request is queued."""
+    sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
+    if not sampler:
+        raise InvalidRequestError("the grammar could not be parsed (GBNF with a 'root' rule)")
+    llama_cpp.llama_sampler_free(sampler)
+
+
 def token_logprobs(
     ctx: llama_cpp.llama_context_p,
     row: int,

@@ -64,7 +64,10 @@ class ReasoningParser:
         *,
         content_prefixes: tuple[str, ...] = (),
         index: int = 0,
+        continues_text: bool = False,
     ) -> None:
+        """`continues_text`: the output continues text the prompt already holds (assistant
+        prefill), so nothing is stripped and no start marker is looked for."""
         if not start_marker or not end_marker:
             raise ValueError("reasoning markers must be non-empty")
         self.start_marker = start_marker
@@ -72,8 +75,10 @@ class ReasoningParser:
         self.content_prefixes = content_prefixes
         self.index = index  # the choice these events belong to, when n > 1
         self._state = _State.REASONING if starts_in_reasoning else _State.OPENING
+        if continues_text and not starts_in_reasoning:
+            self._state = _State.CONTENT
         self._pending = ""
-        self._reasoning_started = False
+        self._reasoning_started = continues_text
         self._steps = {
             _State.OPENING: self._opening,
             _State.REASONING: self._reasoning,
@@ -84,7 +89,12 @@ class ReasoningParser:
 
     @classmethod
     def from_markers(
-        cls, markers: ThinkingMarkers, *, starts_in_reasoning: bool = False, index: int = 0
+        cls,
+        markers: ThinkingMarkers,
+        *,
+        starts_in_reasoning: bool = False,
+        index: int = 0,
+        continues_text: bool = False,
     ) -> ReasoningParser:
         return cls(
             markers.start,
@@ -92,6 +102,7 @@ class ReasoningParser:
             starts_in_reasoning,
             content_prefixes=markers.content_prefixes,
             index=index,
+            continues_text=continues_text,
         )
 
     @property
