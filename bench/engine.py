@@ -18,8 +18,16 @@ from llamactl.engine.model import Model
 from llamactl.engine.types import SamplingParams, TextDelta
 from llamactl.models import embedded_model_path
 
-TOPICS = ["the ocean", "mountains", "a city at night", "coffee", "old trains", "winter",
-          "a library", "the desert"]
+TOPICS = [
+    "the ocean",
+    "mountains",
+    "a city at night",
+    "coffee",
+    "old trains",
+    "winter",
+    "a library",
+    "the desert",
+]
 
 
 def prompt_text(topic: str) -> str:
@@ -29,8 +37,13 @@ def prompt_text(topic: str) -> str:
 def engine_single(engine: Engine, model: Model, n_tokens: int) -> float:
     """Decode tokens/s of one stream: first token to last, prompt excluded."""
     stream = engine.submit(
-        GenerationRequest(model.tokenize(prompt_text(TOPICS[0])), SamplingParams(temperature=0),
-                          max_tokens=n_tokens, ignore_eos=True, cache_prompt=False)
+        GenerationRequest(
+            model.tokenize(prompt_text(TOPICS[0])),
+            SamplingParams(temperature=0),
+            max_tokens=n_tokens,
+            ignore_eos=True,
+            cache_prompt=False,
+        )
     )
     first = last = None
     count = 0
@@ -45,12 +58,20 @@ def engine_single(engine: Engine, model: Model, n_tokens: int) -> float:
 def llama_single(path: str, threads: int, n_tokens: int) -> float:
     from llama_cpp import Llama
 
-    llm = Llama(model_path=path, n_ctx=4096, n_threads=threads, n_threads_batch=threads,
-                n_batch=512, verbose=False, flash_attn=True)
+    llm = Llama(
+        model_path=path,
+        n_ctx=4096,
+        n_threads=threads,
+        n_threads_batch=threads,
+        n_batch=512,
+        verbose=False,
+        flash_attn=True,
+    )
     first = last = None
     count = 0
-    for _chunk in llm.create_completion(prompt_text(TOPICS[0]), max_tokens=n_tokens,
-                                         temperature=0.0, stream=True, logit_bias=None):
+    for _chunk in llm.create_completion(
+        prompt_text(TOPICS[0]), max_tokens=n_tokens, temperature=0.0, stream=True, logit_bias=None
+    ):
         last = time.perf_counter()
         first = first or last
         count += 1
@@ -62,9 +83,15 @@ def aggregate(engine: Engine, model: Model, n_streams: int, n_tokens: int) -> fl
     """Total generated tokens / wall time for n concurrent streams (prompts included)."""
     t0 = time.perf_counter()
     streams = [
-        engine.submit(GenerationRequest(model.tokenize(prompt_text(TOPICS[i % len(TOPICS)])),
-                                        SamplingParams(temperature=0), max_tokens=n_tokens,
-                                        ignore_eos=True, cache_prompt=False))
+        engine.submit(
+            GenerationRequest(
+                model.tokenize(prompt_text(TOPICS[i % len(TOPICS)])),
+                SamplingParams(temperature=0),
+                max_tokens=n_tokens,
+                ignore_eos=True,
+                cache_prompt=False,
+            )
+        )
         for i in range(n_streams)
     ]
     total = sum(d.usage.completion_tokens for s in streams for d in s.collect()[1])
@@ -79,23 +106,35 @@ def main() -> None:
     args = ap.parse_args()
     path = str(embedded_model_path())
     model = Model(path)
-    print(f"model: {model.info.name} ({model.info.size_bytes / 2**20:.0f} MiB), "
-          f"threads={args.threads}, {args.tokens} tokens per stream, median of {args.repeats}")
+    print(
+        f"model: {model.info.name} ({model.info.size_bytes / 2**20:.0f} MiB), "
+        f"threads={args.threads}, {args.tokens} tokens per stream, median of {args.repeats}"
+    )
 
     with Engine(model, EngineConfig(n_parallel=8, n_threads=args.threads)) as engine:
         engine_single(engine, model, 8)  # warm-up
-        ours = statistics.median(engine_single(engine, model, args.tokens)
-                                 for _ in range(args.repeats))
-        agg = {n: statistics.median(aggregate(engine, model, n, args.tokens)
-                                    for _ in range(args.repeats)) for n in (1, 4, 8)}
-    theirs = statistics.median(llama_single(path, args.threads, args.tokens)
-                               for _ in range(args.repeats))
+        ours = statistics.median(
+            engine_single(engine, model, args.tokens) for _ in range(args.repeats)
+        )
+        agg = {
+            n: statistics.median(
+                aggregate(engine, model, n, args.tokens) for _ in range(args.repeats)
+            )
+            for n in (1, 4, 8)
+        }
+    theirs = statistics.median(
+        llama_single(path, args.threads, args.tokens) for _ in range(args.repeats)
+    )
 
-    print(f"single-stream decode  llamactl {ours:7.1f} tok/s   Llama {theirs:7.1f} tok/s   "
-          f"ratio {ours / theirs:.2f}x (target >= 0.95x)")
+    print(
+        f"single-stream decode  llamactl {ours:7.1f} tok/s   Llama {theirs:7.1f} tok/s   "
+        f"ratio {ours / theirs:.2f}x (target >= 0.95x)"
+    )
     for n, v in agg.items():
-        print(f"aggregate {n} stream{'s' if n > 1 else ' '}    {v:7.1f} tok/s   "
-              f"{v / agg[1]:.2f}x one stream")
+        print(
+            f"aggregate {n} stream{'s' if n > 1 else ' '}    {v:7.1f} tok/s   "
+            f"{v / agg[1]:.2f}x one stream"
+        )
     print(f"8 streams vs 1: {agg[8] / agg[1]:.2f}x (target >= 1.7x)")
 
 

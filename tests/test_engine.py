@@ -53,7 +53,9 @@ def test_eight_concurrent_equal_their_solo_runs(engine, model):
     # staggered admission: the later ones join while the first ones are generating
     streams = []
     for p in prompts:
-        streams.append(engine.submit(GenerationRequest(p, GREEDY, max_tokens=40, cache_prompt=False)))
+        streams.append(
+            engine.submit(GenerationRequest(p, GREEDY, max_tokens=40, cache_prompt=False))
+        )
         time.sleep(0.02)
     together = [s.collect()[1][0] for s in streams]
     for topic, alone, batched in zip(TOPICS, solo, together, strict=True):
