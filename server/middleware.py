@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .errors import error_body
+from .request_log import request_id_var
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -81,6 +82,17 @@ async def _refuse(
     await send({"type": "http.response.body", "body": body})
 
 
+def _json_by_default(scope: Scope) -> Scope:
+    """Bodies sent without a JSON content type (`curl -d '{...}'` sends a form type) are read
+    as JSON, as llama-server does; multipart uploads keep their type."""
+    ctype = _header(scope, b"content-type").lower()
+    if ctype.startswith(("application/json", "multipart/")) or "+json" in ctype:
+        return scope
+    headers = [(k, v) for k, v in scope.get("headers", ()) if k.lower() != b"content-type"]
+    headers.append((b"content-type", b"application/json"))
+    return {**scope, "headers": headers}
+
+
 class GateMiddleware:
     """Request id, 503 while loading, API keys. `state` is the app's ServerState."""
 
@@ -94,6 +106,7 @@ class GateMiddleware:
             return
         request_id = _header(scope, b"x-request-id") or uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
+        request_id_var.set(request_id)
         path = scope["path"]
         if scope.get("method") == "OPTIONS":  # CORS preflight: no key, no gate
             await self.app(scope, receive, send)
@@ -109,9 +122,12 @@ class GateMiddleware:
                 return
             keys = self.state.api_keys
             if keys and not key_matches(presented_key(scope), keys):
-                log.info("[%s] %s %s: invalid API key", request_id, scope.get("method", "WS"), path)
+                log.info("%s %s: invalid API key", scope.get("method", "WS"), path)
                 await _refuse(scope, receive, send, 401, "Invalid API Key", "authentication_error")
                 return
+
+        if scope["type"] == "http" and scope.get("method") == "POST":
+            scope = _json_by_default(scope)
 
         async def send_with_id(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":

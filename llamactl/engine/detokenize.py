@@ -20,5 +20,7 @@ class IncrementalDetokenizer:
         return self._decoder.decode(self._token_bytes(token))
 
     def flush(self) -> str:
-        """Whatever is left at the end of generation (an incomplete character becomes U+FFFD)."""
-        return self._decoder.decode(b"", final=True)
+        """At the end of generation, an incomplete character (cut by max_tokens) is dropped:
+        it was never text, and a U+FFFD would corrupt the answer's last word."""
+        self._decoder.reset()
+        return ""

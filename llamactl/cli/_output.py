@@ -1,0 +1,206 @@
+"""Console helpers shared by every command, and the views that draw a streamed answer.
+
+Colour is a courtesy to people at a terminal: it is off whenever the stream is not a TTY or
+NO_COLOR is set (https://no-color.org), so pipes, files and CI logs get plain text.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Protocol, TextIO
+
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.live import Live
+from rich.markdown import Markdown
+from rich.segment import Segment
+from rich.spinner import Spinner
+from rich.text import Text
+
+
+def no_color_requested() -> bool:
+    """NO_COLOR set to any non-empty value disables colour everywhere."""
+    return os.environ.get("NO_COLOR", "") != ""
+
+
+def is_tty(stream: TextIO) -> bool:
+    """True when `stream` is an interactive terminal (false for CliRunner's buffers)."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # closed or file-like without isatty
+        return False
+
+
+def color_enabled(stream: TextIO) -> bool:
+    return is_tty(stream) and not no_color_requested()
+
+
+def make_console(stream: TextIO) -> Console:
+    """A rich Console bound to `stream` as it is now (tests swap sys.stdout per run)."""
+    tty = is_tty(stream)
+    return Console(
+        file=stream,
+        force_terminal=tty,
+        # in a pipe, keep lines whole for grep and awk instead of wrapping at 80 columns
+        width=None if tty or os.environ.get("COLUMNS") else 1000,
+        no_color=not color_enabled(stream),
+        color_system="auto" if color_enabled(stream) else None,
+        highlight=False,
+        emoji=False,
+    )
+
+
+def stdout_console() -> Console:
+    return make_console(sys.stdout)
+
+
+def stderr_console() -> Console:
+    return make_console(sys.stderr)
+
+
+def print_error(message: str) -> None:
+    """One red line on stderr: what went wrong, never a traceback."""
+    line = Text(f"Error: {message}", style="red")
+    stderr_console().print(line, soft_wrap=True, markup=False)
+
+
+def human_size(n_bytes: int) -> str:
+    """Binary units with one decimal, as `ls -lh` users expect."""
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    size, i = float(n_bytes), 0
+    while size >= 1024 and i < len(units) - 1:
+        size /= 1024
+        i += 1
+    return f"{int(size)} B" if i == 0 else f"{size:.1f} {units[i]}"
+
+
+# ---------------------------------------------------------- answer views
+class AnswerView(Protocol):
+    """Draws one answer while it streams; `close` gets the whole answer and runs even when
+    the stream failed or was interrupted."""
+
+    def start(self) -> None: ...
+    def reasoning(self, text: str) -> None: ...
+    def content(self, text: str) -> None: ...
+    def close(self, content: str, reasoning: str, interrupted: bool) -> None: ...
+
+
+class NullView:
+    """Draws nothing: --json prints the collected answer at the end."""
+
+    def start(self) -> None:
+        pass
+
+    def reasoning(self, text: str) -> None:
+        pass
+
+    def content(self, text: str) -> None:
+        pass
+
+    def close(self, content: str, reasoning: str, interrupted: bool) -> None:
+        pass
+
+
+class PlainView:
+    """Text as it comes: the answer on stdout, the reasoning (if shown) on stderr, so a
+    pipe receives only the answer."""
+
+    def __init__(self, out: TextIO, err: TextIO, show_reasoning: bool) -> None:
+        self.out, self.err, self.show_reasoning = out, err, show_reasoning
+        self._started = False  # leading blank lines of the answer are dropped
+        self._reasoned = False
+
+    def start(self) -> None:
+        pass
+
+    def reasoning(self, text: str) -> None:
+        if self.show_reasoning:
+            self._reasoned = True
+            self.err.write(text)
+            self.err.flush()
+
+    def content(self, text: str) -> None:
+        if not self._started:
+            text = text.lstrip()
+            if not text:
+                return
+            self._started = True
+        self.out.write(text)
+        self.out.flush()
+
+    def close(self, content: str, reasoning: str, interrupted: bool) -> None:
+        if self._reasoned and not reasoning.endswith("\n"):
+            self.err.write("\n")
+        if self._started and not content.endswith("\n"):
+            self.out.write("\n")
+        self.out.flush()
+        if interrupted:
+            self.err.write("[interrupted]\n")
+        self.err.flush()
+
+
+class _Tail:
+    """Renders only the last lines of something, so a live answer taller than the terminal
+    shows its newest text instead of being cut at the bottom."""
+
+    def __init__(self, build: Callable[[], RenderableType]) -> None:
+        self.build = build
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        lines = console.render_lines(self.build(), options, pad=False)
+        keep = max(1, console.height - 1)
+        for line in lines[-keep:]:
+            yield from line
+            yield Segment.line()
+
+
+class RichView:
+    """A live, transient preview while streaming, then the answer printed as Markdown."""
+
+    def __init__(self, console: Console, show_reasoning: bool) -> None:
+        self.console = console
+        self.show_reasoning = show_reasoning
+        self._reasoning = ""
+        self._content = ""
+        self._spinner = Spinner("dots", text=Text("Thinking…", style="dim"))
+        self._live = Live(
+            _Tail(self._preview),
+            console=console,
+            transient=True,
+            refresh_per_second=12,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+
+    def start(self) -> None:
+        self._live.start()
+
+    def reasoning(self, text: str) -> None:
+        self._reasoning += text
+
+    def content(self, text: str) -> None:
+        self._content += text
+
+    def _parts(self, reasoning: str, content: str) -> list[RenderableType]:
+        parts: list[RenderableType] = []
+        if self.show_reasoning and reasoning.strip():
+            parts.append(Text(reasoning.strip(), style="dim italic"))
+        if content.strip():
+            if parts:
+                parts.append(Text())
+            parts.append(Markdown(content.strip()))
+        return parts
+
+    def _preview(self) -> RenderableType:
+        # read each once: the decode side appends while the refresh thread renders
+        parts = self._parts(self._reasoning, self._content)
+        return Group(*parts) if parts else self._spinner
+
+    def close(self, content: str, reasoning: str, interrupted: bool) -> None:
+        self._live.stop()
+        parts = self._parts(reasoning, content)
+        if interrupted:
+            parts.append(Text("[interrupted]", style="dim"))
+        if parts:
+            self.console.print(Group(*parts))

@@ -1,0 +1,548 @@
+"""`llamactl chat`: an interactive REPL, one-shot answers and prompts piped on stdin.
+
+Three front doors, one path: each question becomes a `ChatRequest`, its stream is drawn by a
+view (rich Markdown at a terminal, plain text in a pipe) or collected for `--json`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import stat
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+from rich.text import Text
+
+from llamactl.cli._output import (
+    AnswerView,
+    NullView,
+    PlainView,
+    RichView,
+    color_enabled,
+    is_tty,
+    print_error,
+    stderr_console,
+    stdout_console,
+)
+from llamactl.config import Settings, load_settings
+from llamactl.engine.errors import LlamactlError
+from llamactl.engine.types import ContentDelta, Done, ReasoningDelta, SamplingParams
+
+if TYPE_CHECKING:
+    from llamactl.cli._engine import LoadedChat
+    from llamactl.engine.conversation import ChatStream
+
+EXIT_INTERRUPTED = 130  # what shells report for a command stopped by Ctrl-C
+
+HELP = """Chat with a local model: interactively, one question at a time, or from a pipe.
+
+With no PROMPT at a terminal, starts an interactive chat that remembers the conversation.
+With a PROMPT, or text piped on stdin, answers once and exits (piped text comes first,
+then PROMPT). Answers stream as they are written and are shown as Markdown once complete;
+in a pipe, or with NO_COLOR set, output is plain text.
+"""
+
+EPILOG = """**Examples**
+
+```
+llamactl chat                                   # interactive, default model
+llamactl chat "Name three primes" -t 0 -n 64    # one reproducible answer
+cat notes.md | llamactl chat "Summarise this"   # piped text, then the prompt
+llamactl chat "Hi" --json | jq .text            # for scripts
+```
+
+**In the chat**: /help, /system TEXT, /reset, /exit. Ctrl-C stops an answer;
+Ctrl-D, or Ctrl-C twice at the prompt, leaves.
+"""
+
+_MODEL = "Model"
+_SAMPLING = "Sampling"
+_OUTPUT = "Output"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("chat", help=HELP, epilog=EPILOG)(chat_command)
+
+
+def chat_command(
+    prompt: Annotated[
+        str | None,
+        typer.Argument(
+            help="The question. Omit it for an interactive chat.",
+            metavar="PROMPT",
+            show_default=False,
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="GGUF path, alias or name in the models directory (default: embedded SmolLM2).",
+            metavar="NAME|PATH",
+            rich_help_panel=_MODEL,
+        ),
+    ] = None,
+    system: Annotated[
+        str | None,
+        typer.Option("--system", "-s", help="System prompt.", rich_help_panel=_MODEL),
+    ] = None,
+    ctx_size: Annotated[
+        int | None,
+        typer.Option(
+            "--ctx-size",
+            help="Context size in tokens (0: as trained).",
+            metavar="N",
+            rich_help_panel=_MODEL,
+        ),
+    ] = None,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            "--threads",
+            help="CPU threads (default: physical cores).",
+            metavar="N",
+            rich_help_panel=_MODEL,
+        ),
+    ] = None,
+    temperature: Annotated[
+        float | None,
+        typer.Option(
+            "--temperature",
+            "-t",
+            help="Sampling temperature; 0 is greedy.",
+            metavar="T",
+            rich_help_panel=_SAMPLING,
+        ),
+    ] = None,
+    top_p: Annotated[
+        float | None,
+        typer.Option(
+            "--top-p", help="Nucleus sampling threshold.", metavar="P", rich_help_panel=_SAMPLING
+        ),
+    ] = None,
+    top_k: Annotated[
+        int | None,
+        typer.Option(
+            "--top-k",
+            help="Sample among the K likeliest tokens.",
+            metavar="K",
+            rich_help_panel=_SAMPLING,
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed",
+            help="Random seed, for reproducible sampling.",
+            metavar="N",
+            rich_help_panel=_SAMPLING,
+        ),
+    ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-tokens",
+            "-n",
+            help="Stop an answer after N tokens.",
+            metavar="N",
+            rich_help_panel=_SAMPLING,
+        ),
+    ] = None,
+    show_timings: Annotated[
+        bool,
+        typer.Option(
+            "--show-timings",
+            help="Print prompt and generation speed after answers.",
+            rich_help_panel=_OUTPUT,
+        ),
+    ] = False,
+    hide_reasoning: Annotated[
+        bool,
+        typer.Option(
+            "--hide-reasoning", help="Do not show the model's thinking.", rich_help_panel=_OUTPUT
+        ),
+    ] = False,
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one JSON object with the answer, usage and timings.",
+            rich_help_panel=_OUTPUT,
+        ),
+    ] = False,
+) -> None:
+    settings = load_settings(
+        {
+            "model": model,
+            "system": system,
+            "ctx_size": ctx_size,
+            "threads": threads,
+            "temperature": temperature,
+            "top_p": top_p,
+            "top_k": top_k,
+            "seed": seed,
+            "max_tokens": max_tokens,
+        }
+    )
+    question = join_prompt(read_piped_stdin(), prompt)
+    if question is None:
+        if not is_tty(sys.stdin):
+            usage_error(
+                "no prompt: pass one as an argument or pipe it on stdin "
+                "(the interactive chat needs a terminal)"
+            )
+        if json_output:
+            usage_error("--json needs a prompt (as an argument or on stdin)")
+
+    from llamactl.cli._engine import load_chat
+
+    options = TurnOptions.from_settings(settings, show_timings, hide_reasoning)
+    try:
+        with load_chat(settings) as loaded:
+            conversation = Conversation(system=settings.system)
+            if question is None:
+                Repl(loaded, conversation, options).run()
+                return
+            if json_output:
+                code = answer_json(loaded, conversation, question, options)
+            else:
+                answer = ask(loaded, conversation, question, options, make_view(options))
+                code = EXIT_INTERRUPTED if answer.interrupted else 0
+    except KeyboardInterrupt:  # while loading, or a second Ctrl-C while stopping
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    if code:
+        raise typer.Exit(code)
+
+
+def usage_error(message: str) -> NoReturn:
+    """Exit 2 like click's usage errors, with our one-line error format."""
+    print_error(message)
+    raise typer.Exit(2)
+
+
+# ------------------------------------------------------------------ input
+def read_piped_stdin() -> str | None:
+    """The text piped on stdin, or None when stdin is a terminal or carries nothing.
+
+    /dev/null and sockets count as nothing: reading them could block (or say nothing) in
+    daemons and CI jobs that were never meant to feed us a prompt.
+    """
+    stdin = sys.stdin
+    if stdin is None or is_tty(stdin):
+        return None
+    try:
+        mode = os.fstat(stdin.fileno()).st_mode
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        mode = None  # an in-memory stream (tests): read it
+    if mode is not None and not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        return None
+    return stdin.read()
+
+
+def join_prompt(piped: str | None, prompt: str | None) -> str | None:
+    """Piped text first, then the prompt (`cat file | llamactl chat "summarise"`)."""
+    piped = piped.strip() if piped else ""
+    if piped and prompt:
+        return f"{piped}\n\n{prompt}"
+    return piped or prompt or None
+
+
+# ------------------------------------------------------------ conversation
+@dataclass
+class Conversation:
+    """Messages of one session; answers are kept without their reasoning, as templates
+    expect."""
+
+    system: str | None = None
+    turns: list[dict[str, str]] = field(default_factory=list)
+
+    def messages_for(self, question: str) -> list[dict[str, str]]:
+        head = [{"role": "system", "content": self.system}] if self.system else []
+        return [*head, *self.turns, {"role": "user", "content": question}]
+
+    def add(self, question: str, answer: str) -> None:
+        self.turns.append({"role": "user", "content": question})
+        self.turns.append({"role": "assistant", "content": answer})
+
+    def reset(self) -> None:
+        self.turns.clear()
+
+
+@dataclass(frozen=True)
+class TurnOptions:
+    sampling: SamplingParams
+    max_tokens: int | None
+    show_timings: bool = False
+    show_reasoning: bool = True
+
+    @classmethod
+    def from_settings(cls, s: Settings, show_timings: bool, hide_reasoning: bool) -> TurnOptions:
+        sampling = SamplingParams(
+            temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, seed=s.seed
+        )
+        return cls(sampling, s.max_tokens, show_timings, not hide_reasoning)
+
+
+@dataclass
+class Answer:
+    content: str = ""
+    reasoning: str = ""
+    done: Done | None = None
+    interrupted: bool = False
+
+
+# ---------------------------------------------------------------- one turn
+def make_view(options: TurnOptions) -> AnswerView:
+    if is_tty(sys.stdout):
+        return RichView(stdout_console(), options.show_reasoning)
+    return PlainView(sys.stdout, sys.stderr, options.show_reasoning)
+
+
+def ask(
+    loaded: LoadedChat,
+    conversation: Conversation,
+    question: str,
+    options: TurnOptions,
+    view: AnswerView,
+) -> Answer:
+    """One turn of the conversation, drawn by `view`.
+
+    A complete answer joins the conversation; an interrupted one does not, so the next
+    question is not asked in the shadow of half a sentence.
+    """
+    answer = stream_answer(loaded, conversation.messages_for(question), options, view)
+    if not answer.interrupted:
+        conversation.add(question, answer.content.strip())
+    if options.show_timings and answer.done is not None:
+        print_timings(answer.done)
+    return answer
+
+
+def stream_answer(
+    loaded: LoadedChat, messages: list[dict[str, str]], options: TurnOptions, view: AnswerView
+) -> Answer:
+    """Run one request into `view`; Ctrl-C stops it and the partial answer is returned."""
+    answer = Answer()
+    stream: ChatStream | None = None
+    view.start()
+    try:
+        try:
+            stream = start_stream(loaded, messages, options)
+            for event in stream:
+                if isinstance(event, ReasoningDelta):
+                    answer.reasoning += event.text
+                    view.reasoning(event.text)
+                elif isinstance(event, ContentDelta):
+                    answer.content += event.text
+                    view.content(event.text)
+                else:
+                    answer.done = event
+        except KeyboardInterrupt:
+            answer.interrupted = True
+            if stream is not None:
+                answer.done = stop_stream(stream)
+    finally:
+        view.close(answer.content, answer.reasoning, answer.interrupted)
+    return answer
+
+
+def start_stream(
+    loaded: LoadedChat, messages: list[dict[str, str]], options: TurnOptions
+) -> ChatStream:
+    from llamactl.engine.conversation import ChatRequest
+
+    request = ChatRequest(
+        messages=list(messages), sampling=options.sampling, max_tokens=options.max_tokens
+    )
+    return loaded.chat.start(request)
+
+
+def stop_stream(stream: ChatStream) -> Done | None:
+    """Cancel and wait for the engine to let go of the slot (further Ctrl-Cs are ignored:
+    this takes one decode step)."""
+    stream.cancel()
+    done: Done | None = None
+    while True:
+        try:
+            for event in stream:
+                if isinstance(event, Done):
+                    done = event
+            return done
+        except KeyboardInterrupt:
+            continue
+
+
+def print_timings(done: Done) -> None:
+    t = done.timings
+    cached = f", {t.cache_n} cached" if t.cache_n else ""
+    line = (
+        f"prompt: {t.prompt_n} tokens{cached}, {t.prompt_per_second:.1f} tokens/s · "
+        f"generation: {t.predicted_n} tokens, {t.predicted_per_second:.1f} tokens/s"
+    )
+    stderr_console().print(Text(line, style="dim"), soft_wrap=True)
+
+
+def answer_json(
+    loaded: LoadedChat, conversation: Conversation, question: str, options: TurnOptions
+) -> int:
+    """Collect the whole answer and print it as one JSON object on stdout."""
+    messages = conversation.messages_for(question)
+    answer = stream_answer(loaded, messages, options, NullView())
+    sys.stdout.write(json.dumps(answer_dict(answer, loaded.name), ensure_ascii=False) + "\n")
+    return EXIT_INTERRUPTED if answer.interrupted else 0
+
+
+def answer_dict(answer: Answer, model_name: str) -> dict[str, Any]:
+    done = answer.done
+    usage = done.usage if done else None
+    return {
+        "text": answer.content.strip(),
+        "reasoning": answer.reasoning.strip(),
+        "finish_reason": done.finish_reason if done else "cancelled",
+        "usage": {
+            "prompt_tokens": usage.prompt_tokens if usage else 0,
+            "completion_tokens": usage.completion_tokens if usage else 0,
+            "total_tokens": usage.total_tokens if usage else 0,
+            "cached_tokens": usage.cached_tokens if usage else 0,
+        },
+        "timings": done.timings.as_dict() if done else {},
+        "model": model_name,
+    }
+
+
+# -------------------------------------------------------------------- REPL
+REPL_HELP = """\
+/help            show this help
+/system TEXT     set the system prompt (without TEXT: show it)
+/reset           forget the conversation (the system prompt stays)
+/exit            leave (also /quit, Ctrl-D, or Ctrl-C twice at the prompt)
+\"\"\"              start or end a message of several lines
+Ctrl-C           stop the answer being written"""
+
+
+class Repl:
+    """The interactive loop: read a line, run a slash command or ask the model."""
+
+    def __init__(self, loaded: LoadedChat, conversation: Conversation, options: TurnOptions):
+        self.loaded = loaded
+        self.conversation = conversation
+        self.options = options
+        self.console = stdout_console()
+        self._colour = color_enabled(sys.stdout)
+
+    def run(self) -> None:
+        save_history = _enable_line_editing()
+        self.note(f"Chatting with {self.loaded.name}. Type /help for commands, Ctrl-D to leave.")
+        armed = False  # a Ctrl-C at the prompt arms exit; a second one leaves
+        try:
+            while True:
+                try:
+                    text = self.read_message()
+                except EOFError:
+                    self.console.print()
+                    return
+                except KeyboardInterrupt:
+                    if armed:
+                        self.console.print()
+                        return
+                    armed = True
+                    self.console.print()
+                    self.note("(Ctrl-C again or Ctrl-D to leave)")
+                    continue
+                armed = False
+                if not text.strip():
+                    continue
+                if not text.startswith("/"):
+                    self.turn(text)
+                elif not self.command(text):
+                    return
+        finally:
+            save_history()
+
+    def prompt(self, continuation: bool = False) -> str:
+        mark = "... " if continuation else "> "
+        if not self._colour:
+            return mark
+        # \001 and \002 tell readline the escape codes take no room on screen
+        return f"\001\033[1;32m\002{mark}\001\033[0m\002"
+
+    def read_message(self) -> str:
+        """One line, or several between lines of triple quotes."""
+        line = input(self.prompt())
+        if not line.strip().startswith('"""'):
+            return line
+        first = line.strip()[3:]
+        if first.endswith('"""'):
+            return first[:-3]
+        lines = [first] if first else []
+        while True:
+            line = input(self.prompt(continuation=True))
+            if line.rstrip().endswith('"""'):
+                lines.append(line.rstrip()[:-3])
+                return "\n".join(lines)
+            lines.append(line)
+
+    def command(self, text: str) -> bool:
+        """Run a slash command; False means leave the REPL."""
+        name, _, arg = text.strip().partition(" ")
+        arg = arg.strip()
+        if name in ("/exit", "/quit"):
+            return False
+        if name == "/help":
+            self.console.print(Text(REPL_HELP), soft_wrap=True)
+        elif name == "/reset":
+            self.conversation.reset()
+            self.note("Conversation cleared.")
+        elif name == "/system":
+            if arg:
+                self.conversation.system = arg
+                self.note("System prompt set.")
+            elif self.conversation.system:
+                self.note(f"System prompt: {self.conversation.system}")
+            else:
+                self.note("No system prompt (the model's template may add its own).")
+        else:
+            self.note(f"Unknown command {name}; type /help for the list.")
+        return True
+
+    def turn(self, question: str) -> None:
+        try:
+            ask(self.loaded, self.conversation, question, self.options, make_view(self.options))
+        except LlamactlError as e:
+            print_error(str(e))
+            if self.conversation.turns:
+                self.note("Use /reset to start a fresh conversation.")
+        self.console.print()
+
+    def note(self, message: str) -> None:
+        self.console.print(Text(message, style="dim"), soft_wrap=True)
+
+
+def _enable_line_editing() -> Callable[[], None]:
+    """Arrow keys and history for input(); returns a function that saves the history."""
+    try:
+        import readline
+    except ImportError:  # pragma: no cover - Windows without pyreadline
+        return lambda: None
+    from llamactl import paths
+
+    history = paths.state_dir() / "chat_history"
+    with contextlib.suppress(OSError):
+        readline.read_history_file(history)
+    readline.set_history_length(1000)
+
+    def save() -> None:
+        try:
+            history.parent.mkdir(parents=True, exist_ok=True)
+            readline.write_history_file(history)
+        except OSError:
+            pass
+
+    return save

@@ -1,0 +1,109 @@
+"""The `llamactl` command: the Typer app, global flags and error handling.
+
+Commands live one per module and register themselves here. This module imports nothing heavy
+(no llama.cpp), so `--help`, `--version` and shell completion stay instant.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from llamactl.cli import chat, models_cmd, serve
+from llamactl.cli._output import print_error
+from llamactl.engine.errors import LlamactlError
+
+DEBUG_ENV = "LLAMACTL_DEBUG"
+
+
+class LlamactlGroup(TyperGroup):
+    """Turns errors meant for users into one red line and exit code 1.
+
+    Done at the group (not in `run`) so CliRunner tests see exactly what a user sees.
+    Usage errors keep click's handling (exit code 2).
+    """
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (typer.TyperException, typer.Exit, typer.Abort):
+            raise  # usage errors (exit 2), --help, explicit exits
+        except BrokenPipeError:
+            raise  # handled in run(): the reader went away, nothing to tell anyone
+        except LlamactlError as e:
+            print_error(str(e))
+            raise typer.Exit(1) from None
+        except Exception as e:
+            if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+                raise
+            print_error(
+                f"unexpected {type(e).__name__}: {e} "
+                f"(set {DEBUG_ENV}=1 to see the traceback; please report it)"
+            )
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(
+    name="llamactl",
+    cls=LlamactlGroup,
+    epilog="Run **llamactl COMMAND --help** for a command's options and examples.",
+    no_args_is_help=True,
+    add_completion=False,  # static scripts live in completions/ (see docs/cli.md)
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def package_version() -> str:
+    try:
+        return version("llamactl")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"llamactl {package_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-V",
+            help="Show the version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """Run local llama.cpp models from the terminal: chat, list models and more.
+
+    Settings come from flags, then LLAMACTL_* environment variables, then
+    ~/.config/llamactl/config.toml. With no --model, the small embedded SmolLM2 is used.
+    """
+
+
+chat.register(app)
+models_cmd.register(app)
+serve.register(app)
+
+
+def run() -> None:
+    """Console-script entry point."""
+    try:
+        app(prog_name="llamactl")
+    except BrokenPipeError:
+        # `llamactl chat ... | head -1`: the reader left; exit quietly like other Unix tools.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(1)

@@ -1,0 +1,230 @@
+"""The interactive chat in a real pseudo-terminal, typed at as a person would.
+
+`pty.fork` gives the child a controlling terminal, so Ctrl-C (0x03) becomes a real SIGINT from
+the line discipline and Ctrl-D a real end of input, exactly as at a desk.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import select
+import signal
+import struct
+import sys
+import termios
+import time
+from collections.abc import Iterator
+
+import pytest
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not hasattr(pty, "fork"), reason="needs a POSIX pseudo-terminal"),
+]
+
+ANSI = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]|\x1b."
+)
+PROMPT = re.compile(r"(?m)^> ")
+LOADING = re.compile(r"Loading model [^\n]*?…")
+TIMEOUT = 150.0  # generous: a busy 2-core machine can be 50x slower than an idle one
+
+
+class Terminal:
+    """A child `python -m llamactl ...` on a pty, with expect-style reading."""
+
+    def __init__(self, args: list[str], env: dict[str, str], rows: int = 40, cols: int = 100):
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: size the terminal, then become llamactl
+            try:
+                fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+                os.execve(sys.executable, [sys.executable, "-m", "llamactl", *args], env)
+            finally:
+                os._exit(127)
+        self.pid, self.fd = pid, fd
+        self.raw = b""
+        self.pos = 0  # expect() searches the cleaned text from here on
+        self.status: int | None = None
+
+    @property
+    def text(self) -> str:
+        return ANSI.sub("", self.raw.decode("utf-8", "replace")).replace("\r", "")
+
+    def _read(self, timeout: float) -> bool:
+        """Read what is available; False once the child has closed the terminal."""
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if not ready:
+            return True
+        try:
+            chunk = os.read(self.fd, 65536)
+        except OSError:  # EIO: the child is gone
+            return False
+        self.raw += chunk
+        return bool(chunk)
+
+    def expect(self, pattern: str | re.Pattern[str], timeout: float = TIMEOUT) -> re.Match[str]:
+        regex = re.compile(re.escape(pattern)) if isinstance(pattern, str) else pattern
+        deadline = time.monotonic() + timeout
+        while True:
+            match = regex.search(self.text, self.pos)
+            if match:
+                self.pos = match.end()
+                return match
+            if time.monotonic() > deadline or not self._read(0.1):
+                tail = self.text[self.pos :][-2000:]
+                raise AssertionError(
+                    f"did not see {regex.pattern!r}; after the last match:\n{tail}"
+                )
+
+    def expect_answer_text(self, timeout: float = TIMEOUT) -> None:
+        """Wait until a digit shows up outside the loading status line."""
+        deadline = time.monotonic() + timeout
+        while not re.search(r"\d", LOADING.sub("", self.text[self.pos :])):
+            if time.monotonic() > deadline or not self._read(0.1):
+                raise AssertionError(f"no answer text; screen:\n{self.text[-2000:]}")
+
+    def send(self, data: str) -> None:
+        os.write(self.fd, data.encode())
+
+    def line(self, text: str) -> None:
+        """Type a line at the prompt and press Enter."""
+        self.expect(PROMPT)
+        self.send(text + "\r")
+        self.expect(text)  # the terminal echoes it back
+
+    def answer(self) -> str:
+        """The text printed between the question just typed and the next prompt."""
+        start = self.pos
+        self.expect(PROMPT)
+        self.pos -= 2  # leave the prompt for the next line()
+        return self.text[start : self.pos]
+
+    def wait(self, timeout: float = TIMEOUT) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._read(0.05)
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.status = os.waitstatus_to_exitcode(status)
+                return self.status
+        raise AssertionError(f"llamactl did not exit; screen:\n{self.text[-2000:]}")
+
+    def close(self) -> None:
+        if self.status is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        os.close(self.fd)
+
+
+@pytest.fixture
+def chat(isolated_dirs: object) -> Iterator:
+    """Start `llamactl chat ARGS` on a fresh terminal; killed at the end if still running."""
+    started: list[Terminal] = []
+
+    def start(*args: str, **extra_env: str) -> Terminal:
+        env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "LINES")}
+        env.update(TERM="xterm-256color", **extra_env)
+        term = Terminal(["chat", *args], env)
+        started.append(term)
+        term.expect("Chatting with SmolLM2")
+        return term
+
+    yield start
+    for term in started:
+        term.close()
+
+
+def test_answers_commands_and_ctrl_d(chat) -> None:
+    term = chat("--temperature", "0", "--max-tokens", "16")
+    term.line("What is the capital of France?")
+    assert term.answer().strip()
+
+    term.line("/system You are a pirate.")
+    term.expect("System prompt set.")
+    term.line("/system")
+    term.expect("System prompt: You are a pirate.")
+    term.line("And of Italy?")  # asked with the system prompt and the history
+    assert term.answer().strip()
+
+    term.line("/reset")
+    term.expect("Conversation cleared.")
+    term.line("/help")
+    term.expect("/system TEXT")
+    term.line("/nope")
+    term.expect("Unknown command /nope")
+
+    term.expect(PROMPT)
+    term.send("\x04")  # Ctrl-D
+    assert term.wait() == 0
+
+
+def test_ctrl_c_stops_the_answer_and_keeps_the_chat(chat) -> None:
+    term = chat("--temperature", "0", "--max-tokens", "400")
+    term.line("Count from 1 to 500, one number per line.")
+    term.expect(re.compile(r"\d"))  # the answer has started streaming
+    term.send("\x03")  # Ctrl-C
+    term.expect("[interrupted]")
+
+    term.line("Say hello.")
+    assert term.answer().strip()
+
+    term.expect(PROMPT)
+    term.send("\x03")  # Ctrl-C at an empty prompt only warns
+    term.expect("Ctrl-C again")
+    term.send("\x03")
+    assert term.wait() == 0
+
+
+def test_exit_command_and_history_file(chat, isolated_dirs) -> None:
+    term = chat("--temperature", "0", "--max-tokens", "4")
+    term.line("/exit")
+    assert term.wait() == 0
+    history = isolated_dirs.state_home / "llamactl" / "chat_history"
+    assert "/exit" in history.read_text()
+
+
+@pytest.fixture
+def terminal_env(isolated_dirs: object) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "LINES")}
+    env["TERM"] = "xterm-256color"
+    return env
+
+
+def test_one_shot_at_a_terminal_renders_and_exits(terminal_env: dict[str, str]) -> None:
+    term = Terminal(["chat", "Say hello.", "-t", "0", "-n", "8", "--show-timings"], terminal_env)
+    try:
+        assert term.wait() == 0
+        term.expect("Loading model SmolLM2-135M-Instruct.Q4_1 (93.8 MiB)")
+        assert re.search(r"\w", term.text.split("tokens/s")[0])
+        term.expect("tokens/s")
+        assert "\x1b[" in term.raw.decode()  # a terminal: rich styles and redraws
+    finally:
+        term.close()
+
+
+def test_ctrl_c_stops_a_one_shot_answer(terminal_env: dict[str, str]) -> None:
+    question = "Count from 1 to 500, one number per line."
+    term = Terminal(["chat", question, "-t", "0", "-n", "400"], terminal_env)
+    try:
+        term.expect_answer_text()
+        term.send("\x03")
+        assert term.wait() == 130
+        term.expect("[interrupted]")
+        assert "Traceback" not in term.text
+    finally:
+        term.close()
+
+
+def test_no_color_is_honoured(terminal_env: dict[str, str]) -> None:
+    term = Terminal(["chat", "Say hello.", "-t", "0", "-n", "8"], {**terminal_env, "NO_COLOR": "1"})
+    try:
+        assert term.wait() == 0
+        assert not re.search(r"\x1b\[[0-9;]*m", term.raw.decode("utf-8", "replace"))
+    finally:
+        term.close()

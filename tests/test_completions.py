@@ -1,0 +1,152 @@
+"""The committed completion scripts match the app, parse, and complete what they should."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import typer.main
+
+from llamactl.cli.main import app
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPLETIONS = ROOT / "completions"
+
+
+def _load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "gen_completions", ROOT / "scripts" / "gen_completions.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = _load_generator()
+
+
+def test_committed_scripts_are_up_to_date(tmp_path: Path) -> None:
+    gen.write(tmp_path)
+    stale = [
+        name
+        for name in gen.RENDERERS
+        if not (COMPLETIONS / name).is_file()
+        or (COMPLETIONS / name).read_text() != (tmp_path / name).read_text()
+    ]
+    assert not stale, (
+        f"completions/{', completions/'.join(stale)} out of date with the CLI: "
+        "run `python scripts/gen_completions.py` and commit the result"
+    )
+
+
+def test_generation_does_not_depend_on_hash_order(tmp_path: Path) -> None:
+    """Click keeps some option names in sets; the scripts must not change from run to run."""
+    for seed in ("1", "2"):
+        subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "scripts" / "gen_completions.py"),
+                "--out",
+                str(tmp_path / seed),
+            ],
+            check=True,
+            capture_output=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
+    for name in gen.RENDERERS:
+        assert (tmp_path / "1" / name).read_text() == (tmp_path / "2" / name).read_text()
+
+
+def test_every_command_and_option_is_in_every_script() -> None:
+    root = typer.main.get_command(app)
+    scripts = {name: (COMPLETIONS / name).read_text() for name in gen.RENDERERS}
+    for name, command in root.commands.items():
+        for text in scripts.values():
+            assert name in text
+        for param in command.params:
+            for opt in getattr(param, "opts", []):
+                if opt.startswith("--"):
+                    for script_name, text in scripts.items():
+                        word = opt if script_name != "llamactl.fish" else f"-l {opt[2:]}"
+                        assert word in text, f"{opt} of {name} missing from {script_name}"
+
+
+def test_check_mode_reports_stale_files(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert gen.main(["--check", "--out", str(tmp_path)]) == 1
+    assert "python scripts/gen_completions.py" in capsys.readouterr().err
+    gen.write(tmp_path)
+    assert gen.main(["--check", "--out", str(tmp_path)]) == 0
+
+
+# ------------------------------------------------------------------- bash
+def bash_complete(*words: str) -> list[str]:
+    """Run the completion function as bash would for `llamactl WORDS...` (last is current)."""
+    line = " ".join(f"'{w}'" for w in ("llamactl", *words))
+    script = (
+        f"source {COMPLETIONS / 'llamactl.bash'}\n"
+        f"COMP_WORDS=({line})\nCOMP_CWORD={len(words)}\n"
+        "_llamactl\nprintf '%s\\n' \"${COMPREPLY[@]}\"\n"
+    )
+    out = subprocess.run(
+        ["bash", "--norc", "--noprofile", "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
+    return [w for w in out.stdout.splitlines() if w]
+
+
+def test_bash_script_parses() -> None:
+    subprocess.run(["bash", "-n", str(COMPLETIONS / "llamactl.bash")], check=True)
+
+
+def test_bash_completes_commands_and_options() -> None:
+    assert bash_complete("") == ["chat", "models"]
+    assert bash_complete("mo") == ["models"]
+    assert bash_complete("--v") == ["--version"]
+    assert bash_complete("chat", "--max") == ["--max-tokens"]
+    assert bash_complete("chat", "-t", "0", "--hide") == ["--hide-reasoning"]
+    assert bash_complete("models", "--j") == ["--json"]
+
+
+def test_bash_completes_values() -> None:
+    assert bash_complete("chat", "--model", "pyproj") == ["pyproject.toml"]
+    assert bash_complete("chat", "--temperature", "") == []  # free text: nothing to offer
+    assert "tests" in bash_complete("models", "--models-dir", "te")
+    assert "pyproject.toml" not in bash_complete("models", "--models-dir", "py")
+    # an option's value that looks like a command does not switch commands
+    assert bash_complete("chat", "--system", "models", "--j") == ["--json"]
+
+
+# -------------------------------------------------------------- zsh, fish
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
+def test_zsh_script_parses() -> None:
+    subprocess.run(["zsh", "-n", str(COMPLETIONS / "_llamactl")], check=True)
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
+def test_fish_completes() -> None:
+    def complete(line: str) -> list[str]:
+        script = f"source {COMPLETIONS / 'llamactl.fish'}; complete -C '{line}'"
+        out = subprocess.run(
+            ["fish", "--no-config", "-c", script],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=True,
+        )
+        return [row.split("\t")[0] for row in out.stdout.splitlines()]
+
+    subprocess.run(["fish", "--no-execute", str(COMPLETIONS / "llamactl.fish")], check=True)
+    assert complete("llamactl ") == ["chat", "models"]
+    assert complete("llamactl chat --max") == ["--max-tokens"]
+    assert complete("llamactl chat --model pyproj") == ["pyproject.toml"]
