@@ -110,7 +110,7 @@ def test_bash_script_parses() -> None:
 
 
 def test_bash_completes_commands_and_options() -> None:
-    assert bash_complete("") == ["chat", "models"]
+    assert bash_complete("") == app_commands()
     assert bash_complete("mo") == ["models"]
     assert bash_complete("--v") == ["--version"]
     assert bash_complete("chat", "--max") == ["--max-tokens"]
@@ -147,6 +147,15 @@ def test_fish_completes() -> None:
         return [row.split("\t")[0] for row in out.stdout.splitlines()]
 
     subprocess.run(["fish", "--no-execute", str(COMPLETIONS / "llamactl.fish")], check=True)
-    assert complete("llamactl ") == ["chat", "models"]
+    assert complete("llamactl ") == app_commands()
     assert complete("llamactl chat --max") == ["--max-tokens"]
     assert complete("llamactl chat --model pyproj") == ["pyproject.toml"]
+
+
+def app_commands() -> list[str]:
+    """The commands the Typer app has now: completions must offer exactly these."""
+    import typer.main
+
+    from llamactl.cli.main import app
+
+    return sorted(typer.main.get_command(app).commands)
