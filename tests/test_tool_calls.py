@@ -26,7 +26,7 @@ from llamactl.engine.chat import (
     tool_call_format,
     tool_call_grammar,
 )
-from llamactl.engine.chat.markers import THINK
+from llamactl.engine.chat.markers import THINK, thinking_markers
 from llamactl.engine.chat.tool_formats import SYNTAXES
 from llamactl.engine.errors import InvalidRequestError
 from llamactl.engine.types import ContentDelta, ReasoningDelta, ToolCallDelta
@@ -670,14 +670,24 @@ def test_named_tool_choice_allows_only_that_tool(vocab_model) -> None:
     assert not _accepts(vocab_model, grammar, WRITERS[F.HERMES]([CALL_1]))
 
 
-def test_grammar_keeps_room_for_reasoning(vocab_model) -> None:
+def test_grammar_lets_the_model_open_its_reasoning(vocab_model) -> None:
+    # The engine samples the inside of the block without the grammar: the grammar sees the
+    # start marker, then what follows the end marker.
     call = WRITERS[F.HERMES]([CALL_1])
     grammar = tool_call_grammar(F.HERMES, TOOLS, "required", reasoning=THINK)
     assert _accepts(vocab_model, grammar, call)
-    assert _accepts(vocab_model, grammar, "<think>\nHmm, Paris.\n</think>\n\n" + call)
+    assert _accepts(vocab_model, grammar, "<think>\n\n" + call)
+    assert not _accepts(vocab_model, grammar, "Hmm.\n\n" + call)
     opened = tool_call_grammar(F.HERMES, TOOLS, "required", reasoning=THINK, reasoning_open=True)
-    assert _accepts(vocab_model, opened, "Hmm.\n</think>\n\n" + call)
-    assert not _accepts(vocab_model, opened, call)
+    assert _accepts(vocab_model, opened, "\n\n" + call)
+    gpt_oss = tool_call_grammar(
+        F.GPT_OSS, TOOLS, "required", reasoning=thinking_markers("<|channel|>analysis<|message|>")
+    )
+    assert _accepts(
+        vocab_model,
+        gpt_oss,
+        "<|channel|>analysis<|message|><|start|>assistant" + WRITERS[F.GPT_OSS]([CALL_1]),
+    )
 
 
 def test_xml_string_values_cannot_close_early(vocab_model) -> None:
@@ -717,37 +727,71 @@ def _valid(schema: dict[str, Any], args: dict[str, Any]) -> bool:
     return True
 
 
-@pytest.mark.slow
-def test_the_engine_writes_a_valid_call_under_the_grammar() -> None:
-    from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
+WEATHER_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "location": {"type": "string"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    },
+    "required": ["location", "unit"],
+}
+WEATHER_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER_SCHEMA}}
+]
+CHATML_PROMPT = (
+    "<|im_start|>system\nYou can call get_weather.<|im_end|>\n"
+    "<|im_start|>user\nWhat's the weather in Paris?<|im_end|>\n<|im_start|>assistant\n"
+)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from llamactl.engine.engine import Engine, EngineConfig
     from llamactl.engine.model import Model
-    from llamactl.engine.types import SamplingParams
     from llamactl.models import embedded_model_path
 
     path = embedded_model_path()
     if path is None:
         pytest.skip("the embedded model is not installed")
-    schema = {
-        "type": "object",
-        "properties": {
-            "location": {"type": "string"},
-            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-        },
-        "required": ["location", "unit"],
-    }
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": schema}}]
-    grammar = tool_call_grammar(F.HERMES, tools, "required")
-    model = Model(path)
-    prompt = model.tokenize(
-        "<|im_start|>system\nYou can call get_weather.<|im_end|>\n"
-        "<|im_start|>user\nWhat's the weather in Paris?<|im_end|>\n<|im_start|>assistant\n",
-        add_special=False,
-    )
-    with Engine(model, EngineConfig(n_parallel=1)) as engine:
-        request = GenerationRequest(prompt, SamplingParams(temperature=0, grammar=grammar), 200)
-        texts, dones = engine.submit(request).collect()
+    with Engine(Model(path), EngineConfig(n_parallel=1)) as eng:
+        yield eng
+
+
+def _generate(engine, prompt: str, grammar: str, **kw: Any) -> str:
+    from llamactl.engine.engine import GenerationRequest
+    from llamactl.engine.types import SamplingParams
+
+    tokens = engine.model.tokenize(prompt, add_special=False)
+    request = GenerationRequest(tokens, SamplingParams(temperature=0, grammar=grammar), 200, **kw)
+    texts, dones = engine.submit(request).collect()
     assert dones[0].finish_reason == "stop", texts[0]
-    content, calls = parse_tool_calls(texts[0], F.HERMES, tools=tools)
+    return texts[0]
+
+
+@pytest.mark.slow
+def test_the_engine_writes_a_valid_call_under_the_grammar(engine) -> None:
+    grammar = tool_call_grammar(F.HERMES, WEATHER_TOOLS, "required")
+    content, calls = parse_tool_calls(
+        _generate(engine, CHATML_PROMPT, grammar), F.HERMES, tools=WEATHER_TOOLS
+    )
     assert content == "" and len(calls) == 1
     assert calls[0].name == "get_weather"
-    assert _valid(schema, json.loads(calls[0].arguments))
+    assert _valid(WEATHER_SCHEMA, json.loads(calls[0].arguments))
+
+
+@pytest.mark.slow
+def test_the_engine_reasons_freely_then_writes_the_call(engine) -> None:
+    from llamactl.engine.engine import ReasoningSpec
+
+    end_tokens = tuple(engine.model.tokenize("\n</think>\n\n", add_special=False))
+    spec = ReasoningSpec(THINK.start, THINK.end, end_tokens, open=True, budget=8)
+    grammar = tool_call_grammar(
+        F.HERMES, WEATHER_TOOLS, "required", reasoning=THINK, reasoning_open=True
+    )
+    text = _generate(engine, CHATML_PROMPT + "<think>\n", grammar, reasoning=spec)
+    pipeline = OutputPipeline(
+        ReasoningParser(starts_in_reasoning=True), ToolCallParser(F.HERMES, tools=WEATHER_TOOLS)
+    )
+    events = pipeline.feed(text) + pipeline.finish()
+    assert [type(e) for e in events] == [ReasoningDelta, ToolCallDelta], text
+    assert _valid(WEATHER_SCHEMA, json.loads(events[1].arguments))

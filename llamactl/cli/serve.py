@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -172,6 +173,7 @@ def serve_command(
         f"[cyan]http://{settings.host}:{settings.port}/v1[/] "
         f"({settings.parallel} slots{', API keys required' if app.state.llamactl.api_keys else ''})"
     )
+    _exit_quietly_after_signals()
     uvicorn.run(
         app,
         host=settings.host,
@@ -180,3 +182,12 @@ def serve_command(
         log_level=log_level,
         timeout_graceful_shutdown=5,
     )
+
+
+def _exit_quietly_after_signals() -> None:
+    """uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the handler
+    it found: the default one kills the process (exit 143 for SIGTERM) or raises
+    KeyboardInterrupt into a half-closed event loop. The shutdown is done by then, so the
+    handlers it finds do nothing and `serve` returns with exit code 0."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: None)

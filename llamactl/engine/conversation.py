@@ -8,7 +8,7 @@ parsers, so the CLI, the server and the TUI all chat the same way.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .chat import (
@@ -18,11 +18,24 @@ from .chat import (
     PlainTextParser,
     ReasoningParser,
     ThinkingMarkers,
+    ToolCall,
+    ToolCallFormat,
+    ToolCallParser,
+    tool_call_format,
+    tool_call_grammar,
 )
 from .engine import Engine, GenerationRequest, ReasoningSpec
 from .errors import InvalidRequestError
 from .stream import GenerationStream
-from .types import ChatEvent, ContentDelta, Done, ReasoningDelta, SamplingParams, TextDelta
+from .types import (
+    ChatEvent,
+    ContentDelta,
+    Done,
+    ReasoningDelta,
+    SamplingParams,
+    TextDelta,
+    ToolCallDelta,
+)
 
 
 @dataclass
@@ -33,6 +46,8 @@ class ChatRequest:
     stop: tuple[str, ...] = ()
     n: int = 1
     tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None  # "auto" | "none" | "required" | a function
+    parallel_tool_calls: bool = True
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     add_generation_prompt: bool | None = None  # None: unless the assistant's reply is continued
     continue_final_message: bool | None = None  # None: when the last message is the assistant's
@@ -41,6 +56,7 @@ class ChatRequest:
     enable_thinking: bool | None = None
     reasoning_budget: int | None = None  # reasoning tokens before the end marker is forced
     cache_prompt: bool = True
+    ignore_eos: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,6 +78,10 @@ class ChatModel:
             self.template_source, bos_token=info.bos_token, eos_token=info.eos_token
         )
         self.markers: ThinkingMarkers | None = self.template.markers
+        # Unknown families get Hermes' <tool_call> JSON, the common default of fine-tunes.
+        self.tool_format: ToolCallFormat = (
+            tool_call_format(self.template_source) or ToolCallFormat.HERMES
+        )
         self._end_tokens: tuple[int, ...] | None = None
 
     def render(self, req: ChatRequest) -> RenderedChat:
@@ -93,18 +113,43 @@ class ChatModel:
         m = self.markers
         return m is not None and text.rfind(m.start) > text.rfind(m.end)
 
+    def calls_tools(self, req: ChatRequest) -> bool:
+        """Whether tool calls are parsed out of this request's output."""
+        return bool(req.tools) and req.tool_choice != "none"
+
+    def _sampling(self, req: ChatRequest, rendered: RenderedChat) -> SamplingParams:
+        """The request's sampling, with a grammar forcing tool calls when tool_choice asks."""
+        if not self.calls_tools(req):
+            return req.sampling
+        grammar = tool_call_grammar(
+            self.tool_format,
+            req.tools,
+            req.tool_choice,
+            parallel=req.parallel_tool_calls,
+            reasoning=self.markers,  # the engine samples the reasoning itself, grammar-free
+            reasoning_open=rendered.opens_reasoning,
+        )
+        if grammar is None:
+            return req.sampling
+        if req.sampling.grammar:
+            raise InvalidRequestError("tool_choice cannot be combined with response_format")
+        return replace(req.sampling, grammar=grammar)
+
     def start(self, req: ChatRequest) -> ChatStream:
         rendered = self.render(req)
+        sampling = self._sampling(req, rendered)
         stream = self.engine.submit(
             GenerationRequest(
                 prompt=rendered.tokens,
-                sampling=req.sampling,
+                sampling=sampling,
                 max_tokens=req.max_tokens,
                 stop=req.stop,
                 n=req.n,
                 logprobs=req.logprobs,
                 cache_prompt=req.cache_prompt,
-                render_special=self._renders_special(),
+                ignore_eos=req.ignore_eos,
+                # Call markers are often control tokens ([TOOL_CALLS], <|tool_call|>...).
+                render_special=self._renders_special() or self.calls_tools(req),
                 reasoning=self._reasoning_spec(rendered, req),
             )
         )
@@ -146,17 +191,23 @@ class ChatStream:
         self.raw = stream
         self.rendered = rendered
         markers = chat.markers
-        self._parsers: list[ReasoningParser | PlainTextParser | OutputPipeline] = [
-            ReasoningParser.from_markers(
-                markers,
-                starts_in_reasoning=rendered.opens_reasoning,
-                index=i,
-                continues_text=bool(rendered.prefill),
+        self._parsers: list[ReasoningParser | PlainTextParser | OutputPipeline] = []
+        for i in range(req.n):
+            first: ReasoningParser | PlainTextParser = (
+                ReasoningParser.from_markers(
+                    markers,
+                    starts_in_reasoning=rendered.opens_reasoning,
+                    index=i,
+                    continues_text=bool(rendered.prefill),
+                )
+                if markers is not None
+                else PlainTextParser(i)
             )
-            if markers is not None
-            else PlainTextParser(i)
-            for i in range(req.n)
-        ]
+            if chat.calls_tools(req):
+                tools = ToolCallParser(chat.tool_format, index=i, tools=req.tools)
+                self._parsers.append(OutputPipeline(first, tools))
+            else:
+                self._parsers.append(first)
         self._echo = req.echo and rendered.prefill
         self._prefill_sent = [False] * req.n
 
@@ -209,6 +260,8 @@ class ChatStream:
                 r.reasoning += event.text
             elif isinstance(event, ContentDelta):
                 r.content += event.text
+            elif isinstance(event, ToolCallDelta):
+                r.tool_calls.append(ToolCall(event.id, event.name, event.arguments))
             else:
                 r.done = event
         return results
@@ -218,7 +271,17 @@ class ChatStream:
 class ChatResult:
     content: str = ""
     reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
     done: Done | None = None
+
+    @property
+    def finish_reason(self) -> str | None:
+        """OpenAI's: "tool_calls" when the turn ended by calling tools."""
+        if self.done is None:
+            return None
+        if self.tool_calls and self.done.finish_reason == "stop":
+            return "tool_calls"
+        return self.done.finish_reason
 
 
 def _content_of(message: dict[str, Any]) -> str:

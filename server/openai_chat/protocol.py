@@ -137,6 +137,9 @@ class SamplingFields(BaseModel):
         "null: the server's --sse-ping-interval",
     )
     cache_prompt: bool = Field(True, description="Reuse a slot's cached prompt prefix")
+    ignore_eos: bool = Field(
+        False, description="Keep generating past end-of-generation tokens (benchmarks)"
+    )
     user: str | None = Field(None, description="Accepted and ignored")
 
 
@@ -157,10 +160,12 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[ChatTool] | None = Field(None, description="Functions the model may call")
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
         None,
-        description="'none' hides the tools; a named function shows only that one. "
-        "Not enforced by a grammar (yet)",
+        description="'auto' lets the model choose; 'required' and a named function force a "
+        "call with a grammar (arguments valid for the tool's schema); 'none' hides the tools",
     )
-    parallel_tool_calls: bool | None = Field(None, description="Accepted and ignored")
+    parallel_tool_calls: bool | None = Field(
+        None, description="With tool_choice 'required', allow several calls in one turn [true]"
+    )
     reasoning_effort: ReasoningEffort | None = Field(
         None, description="'none' or 'minimal' turn thinking off; any other value turns it on"
     )

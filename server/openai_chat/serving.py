@@ -80,6 +80,13 @@ def _tools(body: ChatCompletionRequest) -> list[dict[str, Any]] | None:
     return tools
 
 
+def _tool_choice(body: ChatCompletionRequest) -> str | dict[str, Any] | None:
+    choice = body.tool_choice
+    if choice is None or isinstance(choice, str):
+        return choice
+    return choice.model_dump(exclude_none=True)
+
+
 def _thinking(body: ChatCompletionRequest) -> bool | None:
     """chat_template_kwargs.enable_thinking wins over reasoning_effort."""
     kwargs = body.chat_template_kwargs or {}
@@ -152,6 +159,8 @@ def chat_request(
         stop=params.stop_strings(body.stop),
         n=n,
         tools=_tools(body),
+        tool_choice=_tool_choice(body),
+        parallel_tool_calls=body.parallel_tool_calls is not False,
         template_kwargs=dict(body.chat_template_kwargs or {}),
         add_generation_prompt=body.add_generation_prompt,
         continue_final_message=cont,
@@ -160,6 +169,7 @@ def chat_request(
         enable_thinking=_thinking(body),
         reasoning_budget=_budget(body),
         cache_prompt=body.cache_prompt,
+        ignore_eos=body.ignore_eos,
     )
     return request, echo_reasoning
 

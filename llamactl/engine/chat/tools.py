@@ -305,8 +305,12 @@ def tool_call_grammar(
 
     `tool_choice` is "required" (any tool) or a named function ({"type": "function",
     "function": {"name": ...}}). With `parallel`, one or more calls (where the family can
-    write several). Reasoning models keep their thinking: pass their `reasoning` markers, and
-    `reasoning_open` when the prompt already opened the block.
+    write several).
+
+    Reasoning models keep their thinking: pass their `reasoning` markers (and
+    `reasoning_open` when the prompt already opened the block). The engine samples the
+    reasoning itself without the grammar (see `GenerationRequest.reasoning`), so the grammar
+    only lets the model open the block first and, once it is closed, write the calls.
     """
     chosen = _chosen_tools(tool_specs(tools), tool_choice)
     if chosen is None:
@@ -315,11 +319,10 @@ def tool_call_grammar(
     g = GrammarBuilder()
     body = syntax.grammar(g, chosen, parallel and syntax.parallel)
     if reasoning is not None:
-        thought = g.excluding(reasoning.end)
+        # What follows the block is all the grammar sees of it (the engine skips the inside).
         glue = literal(syntax.after_reasoning) if syntax.after_reasoning else "[ \\t\\r\\n]*"
-        block = f"{thought} {literal(reasoning.end)} {glue}"
         if reasoning_open:
-            body = f"{block} {body}"
+            body = f"{glue} {body}"
         else:
-            body = f"( {literal(reasoning.start)} {block} )? {body}"
+            body = f"( {literal(reasoning.start)} {glue} )? {body}"
     return g.render(body)
