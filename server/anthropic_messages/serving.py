@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +27,6 @@ from .blocks import BlockBuilder
 from .convert import chat_messages, chat_tools, openai_tool_choice, thinking_plan
 from .protocol import CountTokensRequest, Message, MessagesRequest, StopReason
 
-_CHAT_FIELDS = {f.name for f in dataclasses.fields(ChatRequest)}
 DISCONNECT_POLL = 0.5  # seconds between checks that a non-streaming client is still there
 
 
@@ -52,15 +50,13 @@ class Reply:
 
 # ------------------------------------------------------------------------------ the request
 def _tool_options(req: CountTokensRequest) -> dict[str, Any]:
-    """tool_choice and parallelism in OpenAI's spelling. Passed only when ChatRequest has the
-    fields: tool-call parsing and enforcement live in the chat layer, which may not have them
-    yet; `tool_choice` is still validated either way."""
+    """tool_choice and parallelism in OpenAI's spelling, which the chat layer enforces."""
     options: dict[str, Any] = {}
     choice = openai_tool_choice(req)
-    if choice is not None and "tool_choice" in _CHAT_FIELDS:
+    if choice is not None:
         options["tool_choice"] = choice
     no_parallel = req.tool_choice.disable_parallel_tool_use if req.tool_choice else None
-    if no_parallel is not None and "parallel_tool_calls" in _CHAT_FIELDS:
+    if no_parallel is not None:
         options["parallel_tool_calls"] = not no_parallel
     return options
 

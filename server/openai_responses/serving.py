@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -47,7 +46,6 @@ from .store import ResponseStore, StoredResponse, response_store
 log = logging.getLogger("llamactl.server")
 
 # Tool-call options reach the chat layer once it takes them (another part of the tree).
-_CHAT_FIELDS = frozenset(f.name for f in dataclasses.fields(ChatRequest))
 
 
 # ------------------------------------------------------------------------ preparation
@@ -142,9 +140,9 @@ def echo(state: ServerState, body: ResponsesRequest, conv: Conversation, params:
 def prompt_request(conv: Conversation, parallel_tool_calls: bool | None) -> ChatRequest:
     """The prompt side of the chat request: what input_tokens renders and create extends."""
     options: dict[str, Any] = {}
-    if conv.tools.chat and "tool_choice" in _CHAT_FIELDS:
+    if conv.tools.chat:
         options["tool_choice"] = conv.tools.chat_choice
-    if parallel_tool_calls is not None and "parallel_tool_calls" in _CHAT_FIELDS:
+    if parallel_tool_calls is not None:
         options["parallel_tool_calls"] = parallel_tool_calls
     return ChatRequest(
         messages=conv.messages,
