@@ -98,6 +98,15 @@ class Settings:
     kv_unified: bool = False
     flash_attn: FlashAttn = "on"
     chat_template_file: Path | None = None  # a Jinja file that replaces the model's template
+    # Router mode (`serve --models-dir/--models-preset`): many models, each in a child process
+    models_preset: Path | None = None  # TOML file of named models with their own settings
+    models_max: int = 4  # children loaded at once; 0: no limit
+    models_autoload: bool = True  # load a model on its first request
+    sleep_idle_seconds: float = -1.0  # unload a child idle this long; -1: never
+    # Speech in (`transcribe`, /v1/audio/transcriptions, /v1/realtime)
+    transcribe_model: str | None = None  # None: the embedded Whisper tiny.en
+    transcribe_mmproj: Path | None = None  # audio projector of a llama.cpp speech .gguf
+    transcribe_threads: int = 0  # speech model threads; 0: same as `threads`
     # Bookkeeping, not settings: the file that was read (None if there was none) and where
     # each setting's value came from.
     config_file: Path | None = field(default=None, compare=False, metadata=_INTERNAL)
@@ -149,6 +158,9 @@ _LIMITS: dict[str, tuple[float | None, float | None]] = {
     "port": (0, 65535),
     "sse_ping_interval": (-1.0, None),
     "max_queue": (0, None),
+    "transcribe_threads": (0, None),
+    "models_max": (0, None),
+    "sleep_idle_seconds": (-1.0, None),
 }
 
 

@@ -108,8 +108,17 @@ class GateMiddleware:
         scope.setdefault("state", {})["request_id"] = request_id
         request_id_var.set(request_id)
         path = scope["path"]
+
+        async def send_with_id(message: dict[str, Any]) -> None:
+            """Every response carries the id, refusals (401, 503) included."""
+            if message["type"] in ("http.response.start", "websocket.http.response.start"):
+                headers = list(message.get("headers", ()))
+                headers.append((b"x-request-id", request_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
         if scope.get("method") == "OPTIONS":  # CORS preflight: no key, no gate
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send_with_id)
             return
         if path not in PUBLIC_PATHS:
             if (
@@ -118,22 +127,17 @@ class GateMiddleware:
                 and not path.startswith(("/docs", "/openapi"))
             ):
                 message = self.state.load_error or "Loading model"
-                await _refuse(scope, receive, send, 503, message, "unavailable_error")
+                await _refuse(scope, receive, send_with_id, 503, message, "unavailable_error")
                 return
             keys = self.state.api_keys
             if keys and not key_matches(presented_key(scope), keys):
                 log.info("%s %s: invalid API key", scope.get("method", "WS"), path)
-                await _refuse(scope, receive, send, 401, "Invalid API Key", "authentication_error")
+                await _refuse(
+                    scope, receive, send_with_id, 401, "Invalid API Key", "authentication_error"
+                )
                 return
 
         if scope["type"] == "http" and scope.get("method") == "POST":
             scope = _json_by_default(scope)
-
-        async def send_with_id(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", ()))
-                headers.append((b"x-request-id", request_id.encode()))
-                message = {**message, "headers": headers}
-            await send(message)
 
         await self.app(scope, receive, send_with_id)

@@ -586,8 +586,14 @@ def test_disconnect_frees_the_slot(server):
 def test_non_stream_client_timeout_frees_the_slot(server):
     engine = server.state.engine
     body = body_for(server, max_tokens=2000, messages=LONG)
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(server.url + "/v1/messages", json=body, timeout=3)
+    # The story is sampled: on the rare run where it ends within the timeout, ask again.
+    for _attempt in range(3):
+        try:
+            httpx.post(server.url + "/v1/messages", json=body, timeout=1.0)
+        except httpx.ReadTimeout:
+            break
+    else:
+        pytest.fail("the model finished three long stories within a second each")
     assert engine.busy_slots == 1
     deadline = time.monotonic() + 30
     while engine.busy_slots and time.monotonic() < deadline:
@@ -607,7 +613,8 @@ def test_auth_and_overload_errors():
         with pytest.raises(anthropic.AuthenticationError):
             client(live).messages.create(model=model_of(live), max_tokens=2, messages=HELLO)
         good = anthropic.Anthropic(base_url=live.url, api_key="secret", max_retries=0)
-        assert good.messages.create(model=model_of(live), max_tokens=2, messages=HELLO).content
+        answer = good.messages.create(model=model_of(live), max_tokens=2, messages=HELLO)
+        assert answer.type == "message" and answer.usage.output_tokens > 0
 
         headers = {"x-api-key": "secret"}
         url = live.url + "/v1/messages"

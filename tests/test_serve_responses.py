@@ -549,7 +549,13 @@ def test_disconnect_cancels_generation(server):
 
 def test_disconnect_cancels_non_stream(server):
     engine = server.state.engine
-    body = {"input": "Count from 1 to 500, one number per line.", "max_output_tokens": 400}
+    # a schema that forces a long answer: the model cannot finish before the client leaves
+    long_list = {"type": "array", "items": {"type": "integer"}, "minItems": 400}
+    body = {
+        "input": "Count from 1 to 500.",
+        "max_output_tokens": 2000,
+        "text": {"format": {"type": "json_schema", "name": "numbers", "schema": long_list}},
+    }
     with pytest.raises(httpx.TimeoutException):
         httpx.post(server.v1 + "/responses", json=body, timeout=1.5)
     deadline = time.monotonic() + 30

@@ -453,8 +453,11 @@ class Repl:
                         self.console.print()
                         return
                     armed = True
-                    self.console.print()
-                    self.note("(Ctrl-C again or Ctrl-D to leave)")
+                    try:
+                        self.console.print()
+                        self.note("(Ctrl-C again or Ctrl-D to leave)")
+                    except KeyboardInterrupt:  # the second Ctrl-C came while we printed
+                        return
                     continue
                 armed = False
                 if not text.strip():

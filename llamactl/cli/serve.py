@@ -13,6 +13,8 @@ from llamactl.config import load_settings
 
 _SERVER = "Server"
 _MODEL = "Model and engine"
+_ROUTER = "Router: many models, one child process each"
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 EPILOG = """
 Examples:
@@ -21,7 +23,7 @@ Examples:
 * `llamactl serve -m ~/models/qwen3-4b.gguf --parallel 8 --api-key s3cret`
 * `curl localhost:8080/v1/chat/completions -d '{"messages":[{"role":"user","content":"Hi"}]}'`
 
-Every flag is also an `LLAMACTL_*` environment variable and a config-file key
+Every flag but --log-level is also an `LLAMACTL_*` environment variable and a config-file key
 (`--ctx-size` is `LLAMACTL_N_CTX` / `n_ctx`). See docs/serve.md.
 """
 
@@ -131,6 +133,48 @@ def serve_command(
         bool | None,
         typer.Option("--metrics", help="Serve Prometheus /metrics.", rich_help_panel=_SERVER),
     ] = None,
+    models_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--models-dir",
+            help="Router mode: serve every GGUF file in DIR, each loaded on demand.",
+            metavar="DIR",
+            file_okay=False,
+            rich_help_panel=_ROUTER,
+        ),
+    ] = None,
+    models_preset: Annotated[
+        Path | None,
+        typer.Option(
+            "--models-preset",
+            help="Router mode: TOML file of named models with their own settings.",
+            rich_help_panel=_ROUTER,
+        ),
+    ] = None,
+    models_max: Annotated[
+        int | None,
+        typer.Option(
+            "--models-max",
+            help="Models loaded at once; the least recently used is unloaded [4; 0: no limit].",
+            rich_help_panel=_ROUTER,
+        ),
+    ] = None,
+    models_autoload: Annotated[
+        bool | None,
+        typer.Option(
+            "--models-autoload/--no-models-autoload",
+            help="Load a model on its first request [on]; ?autoload= overrides per request.",
+            rich_help_panel=_ROUTER,
+        ),
+    ] = None,
+    sleep_idle_seconds: Annotated[
+        float | None,
+        typer.Option(
+            "--sleep-idle-seconds",
+            help="Unload a model idle this many seconds [-1: never].",
+            rich_help_panel=_ROUTER,
+        ),
+    ] = None,
     log_level: Annotated[
         str,
         typer.Option("--log-level", help="debug, info, warning or error.", rich_help_panel=_SERVER),
@@ -138,12 +182,14 @@ def serve_command(
 ) -> None:
     """Serve the model over HTTP: OpenAI chat completions, completions and Responses,
     Anthropic Messages, with continuous batching across --parallel slots."""
-    import uvicorn
-
     from llamactl.models import resolve_model
     from llamactl.server.app import create_app
-    from llamactl.server.request_log import uvicorn_log_config
 
+    if log_level.lower() not in LOG_LEVELS:  # uvicorn would fail later with a ValueError
+        raise typer.BadParameter(
+            f"expected one of {', '.join(LOG_LEVELS)}", param_hint="--log-level"
+        )
+    log_level = log_level.lower()
     keys = [k.strip() for k in api_key.split(",") if k.strip()] if api_key else None
     settings = load_settings(
         {
@@ -162,8 +208,16 @@ def serve_command(
             "sse_ping_interval": sse_ping_interval,
             "max_queue": max_queue,
             "metrics": metrics,
+            "models_dir": models_dir,
+            "models_preset": models_preset,
+            "models_max": models_max,
+            "models_autoload": models_autoload,
+            "sleep_idle_seconds": sleep_idle_seconds,
         }
     )
+    if models_dir is not None or settings.models_preset is not None:
+        _serve_router(settings, models_dir is not None, log_level)
+        return
     resolved = resolve_model(settings)
     settings.resolved_api_keys()  # a missing key file is an error now, not at the first request
     app = create_app(settings, model_path=resolved.path)
@@ -173,15 +227,60 @@ def serve_command(
         f"[cyan]http://{settings.host}:{settings.port}/v1[/] "
         f"({settings.parallel} slots{', API keys required' if app.state.llamactl.api_keys else ''})"
     )
-    _exit_quietly_after_signals()
-    uvicorn.run(
+    _run(app, settings.host, settings.port, log_level)
+
+
+def _serve_router(settings, scan_dir: bool, log_level: str) -> None:
+    """Router mode: no model of its own; a child `llamactl serve` per model, on demand."""
+    from llamactl.server.router import create_router_app
+
+    app = create_router_app(settings, models_dir=settings.models_dir if scan_dir else None)
+    state = app.state.llamactl
+    stderr_console().print(
+        f"[bold]llamactl serve[/] (router): {len(state.manager.catalog)} models on "
+        f"[cyan]http://{settings.host}:{settings.port}/v1[/] "
+        f"(at most {settings.models_max or 'any number'} loaded"
+        f"{', API keys required' if state.api_keys else ''})"
+    )
+    _run(app, settings.host, settings.port, log_level)
+
+
+def _run(app, host: str, port: int, log_level: str) -> None:
+    """`uvicorn.run`, except that a stop signal also ends the generations in flight at once:
+    their clients get a final error event instead of a connection cut after the 5 s grace
+    period (with a CancelledError traceback in the log), and the exit code is 0."""
+    import asyncio
+    import contextlib
+
+    import uvicorn
+
+    from llamactl.server.request_log import uvicorn_log_config
+
+    state = app.state.llamactl
+
+    def stop_generating() -> None:
+        if state.engine is not None:
+            state.engine.close()  # every open stream gets EngineClosedError, then ends
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: object) -> None:
+            first = not self.should_exit
+            super().handle_exit(sig, frame)
+            if first:  # on the loop, not in the signal handler: close() takes the engine lock
+                with contextlib.suppress(RuntimeError):  # no loop yet: nothing is generating
+                    asyncio.get_running_loop().call_soon_threadsafe(stop_generating)
+
+    config = uvicorn.Config(
         app,
-        host=settings.host,
-        port=settings.port,
+        host=host,
+        port=port,
         log_config=uvicorn_log_config(log_level),
         log_level=log_level,
         timeout_graceful_shutdown=5,
     )
+    server = Server(config)
+    _exit_quietly_after_signals()
+    server.run()  # a port in use or a failed startup exits with uvicorn's code 3
 
 
 def _exit_quietly_after_signals() -> None:
