@@ -25,7 +25,7 @@ _llamactl() {
             "llamactl serve") path="$path $w" ;;
         esac
         case "$path:$w" in
-            "llamactl chat:--model"|"llamactl chat:-m"|"llamactl chat:--system"|"llamactl chat:-s"|"llamactl chat:--ctx-size"|"llamactl chat:--threads"|"llamactl chat:--temperature"|"llamactl chat:-t"|"llamactl chat:--top-p"|"llamactl chat:--top-k"|"llamactl chat:--seed"|"llamactl chat:--max-tokens"|"llamactl chat:-n"|"llamactl models:--models-dir"|"llamactl serve:--model"|"llamactl serve:-m"|"llamactl serve:--alias"|"llamactl serve:-a"|"llamactl serve:--host"|"llamactl serve:--port"|"llamactl serve:--parallel"|"llamactl serve:-np"|"llamactl serve:--ctx-size"|"llamactl serve:-c"|"llamactl serve:--threads"|"llamactl serve:-t"|"llamactl serve:--batch-size"|"llamactl serve:-b"|"llamactl serve:--chat-template-file"|"llamactl serve:--api-key"|"llamactl serve:--api-key-file"|"llamactl serve:--sse-ping-interval"|"llamactl serve:--max-queue"|"llamactl serve:--log-level") skip=1 ;;
+            "llamactl chat:--model"|"llamactl chat:-m"|"llamactl chat:--system"|"llamactl chat:-s"|"llamactl chat:--ctx-size"|"llamactl chat:--threads"|"llamactl chat:--temperature"|"llamactl chat:-t"|"llamactl chat:--top-p"|"llamactl chat:--top-k"|"llamactl chat:--seed"|"llamactl chat:--max-tokens"|"llamactl chat:-n"|"llamactl models:--models-dir"|"llamactl serve:--model"|"llamactl serve:-m"|"llamactl serve:--alias"|"llamactl serve:-a"|"llamactl serve:--host"|"llamactl serve:--port"|"llamactl serve:--parallel"|"llamactl serve:-np"|"llamactl serve:--ctx-size"|"llamactl serve:-c"|"llamactl serve:--threads"|"llamactl serve:-t"|"llamactl serve:--batch-size"|"llamactl serve:-b"|"llamactl serve:--chat-template-file"|"llamactl serve:--api-key"|"llamactl serve:--api-key-file"|"llamactl serve:--sse-ping-interval"|"llamactl serve:--max-queue"|"llamactl serve:--models-dir"|"llamactl serve:--models-preset"|"llamactl serve:--models-max"|"llamactl serve:--sleep-idle-seconds"|"llamactl serve:--log-level") skip=1 ;;
         esac
     done
     # --option=value arrives as three words: --option, =, value
@@ -105,6 +105,18 @@ _llamactl() {
         "llamactl serve:--max-queue")
             COMPREPLY=()
             return ;;
+        "llamactl serve:--models-dir")
+            _llamactl_files -d "$cur"
+            return ;;
+        "llamactl serve:--models-preset")
+            _llamactl_files -f "$cur"
+            return ;;
+        "llamactl serve:--models-max")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--sleep-idle-seconds")
+            COMPREPLY=()
+            return ;;
         "llamactl serve:--log-level")
             COMPREPLY=()
             return ;;
@@ -123,7 +135,7 @@ _llamactl() {
             subs=""
             args=none ;;
         "llamactl serve")
-            opts="--model -m --alias -a --host --port --parallel -np --ctx-size -c --threads -t --batch-size -b --kv-unified --no-kv-unified --chat-template-file --api-key --api-key-file --sse-ping-interval --max-queue --metrics --log-level --help -h"
+            opts="--model -m --alias -a --host --port --parallel -np --ctx-size -c --threads -t --batch-size -b --kv-unified --no-kv-unified --chat-template-file --api-key --api-key-file --sse-ping-interval --max-queue --metrics --models-dir --models-preset --models-max --models-autoload --no-models-autoload --sleep-idle-seconds --log-level --help -h"
             subs=""
             args=none ;;
     esac
