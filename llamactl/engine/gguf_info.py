@@ -430,7 +430,7 @@ def _detect_capabilities(
             caps.append("embed")
         else:
             caps.append("chat")
-    if "decision.type" in meta:
+    if "decision.type" in meta or f"{arch}.decision.type" in meta:
         caps.append("decide")
     return tuple(caps)
 

@@ -119,7 +119,7 @@ class Model:
         llama_cpp.llama_model_desc(h, desc, 256)
         template = llama_cpp.llama_model_chat_template(h, None)
         caps = ["chat"] if llama_cpp.llama_model_has_decoder(h) else []
-        if "decision.type" in metadata:
+        if "decision.type" in metadata or f"{arch}.decision.type" in metadata:
             caps = ["decide"]
         if metadata.get(f"{arch}.pooling_type") not in (None, "0"):
             caps.append("embed")
