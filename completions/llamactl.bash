@@ -21,11 +21,13 @@ _llamactl() {
         fi
         case "$path $w" in
             "llamactl chat") path="$path $w" ;;
+            "llamactl convert") path="$path $w" ;;
             "llamactl models") path="$path $w" ;;
             "llamactl serve") path="$path $w" ;;
+            "llamactl transcribe") path="$path $w" ;;
         esac
         case "$path:$w" in
-            "llamactl chat:--model"|"llamactl chat:-m"|"llamactl chat:--system"|"llamactl chat:-s"|"llamactl chat:--ctx-size"|"llamactl chat:--threads"|"llamactl chat:--temperature"|"llamactl chat:-t"|"llamactl chat:--top-p"|"llamactl chat:--top-k"|"llamactl chat:--seed"|"llamactl chat:--max-tokens"|"llamactl chat:-n"|"llamactl models:--models-dir"|"llamactl serve:--model"|"llamactl serve:-m"|"llamactl serve:--alias"|"llamactl serve:-a"|"llamactl serve:--host"|"llamactl serve:--port"|"llamactl serve:--parallel"|"llamactl serve:-np"|"llamactl serve:--ctx-size"|"llamactl serve:-c"|"llamactl serve:--threads"|"llamactl serve:-t"|"llamactl serve:--batch-size"|"llamactl serve:-b"|"llamactl serve:--chat-template-file"|"llamactl serve:--api-key"|"llamactl serve:--api-key-file"|"llamactl serve:--sse-ping-interval"|"llamactl serve:--max-queue"|"llamactl serve:--models-dir"|"llamactl serve:--models-preset"|"llamactl serve:--models-max"|"llamactl serve:--sleep-idle-seconds"|"llamactl serve:--log-level") skip=1 ;;
+            "llamactl chat:--model"|"llamactl chat:-m"|"llamactl chat:--system"|"llamactl chat:-s"|"llamactl chat:--ctx-size"|"llamactl chat:--threads"|"llamactl chat:--temperature"|"llamactl chat:-t"|"llamactl chat:--top-p"|"llamactl chat:--top-k"|"llamactl chat:--seed"|"llamactl chat:--max-tokens"|"llamactl chat:-n"|"llamactl convert:--outfile"|"llamactl convert:-o"|"llamactl convert:--outtype"|"llamactl convert:--base"|"llamactl models:--models-dir"|"llamactl serve:--model"|"llamactl serve:-m"|"llamactl serve:--alias"|"llamactl serve:-a"|"llamactl serve:--host"|"llamactl serve:--port"|"llamactl serve:--parallel"|"llamactl serve:-np"|"llamactl serve:--ctx-size"|"llamactl serve:-c"|"llamactl serve:--threads"|"llamactl serve:-t"|"llamactl serve:--batch-size"|"llamactl serve:-b"|"llamactl serve:--chat-template-file"|"llamactl serve:--api-key"|"llamactl serve:--api-key-file"|"llamactl serve:--sse-ping-interval"|"llamactl serve:--max-queue"|"llamactl serve:--models-dir"|"llamactl serve:--models-preset"|"llamactl serve:--models-max"|"llamactl serve:--sleep-idle-seconds"|"llamactl serve:--log-level"|"llamactl transcribe:--device"|"llamactl transcribe:--rate"|"llamactl transcribe:--model"|"llamactl transcribe:-m"|"llamactl transcribe:--language"|"llamactl transcribe:-l"|"llamactl transcribe:--threads"|"llamactl transcribe:-t"|"llamactl transcribe:--url"|"llamactl transcribe:--api-key") skip=1 ;;
         esac
     done
     # --option=value arrives as three words: --option, =, value
@@ -62,6 +64,15 @@ _llamactl() {
             return ;;
         "llamactl chat:--max-tokens"|"llamactl chat:-n")
             COMPREPLY=()
+            return ;;
+        "llamactl convert:--outfile"|"llamactl convert:-o")
+            _llamactl_files -f "$cur"
+            return ;;
+        "llamactl convert:--outtype")
+            COMPREPLY=($(compgen -W "f32 f16 bf16 q8_0" -- "$cur"))
+            return ;;
+        "llamactl convert:--base")
+            _llamactl_files -d "$cur"
             return ;;
         "llamactl models:--models-dir")
             _llamactl_files -d "$cur"
@@ -120,16 +131,41 @@ _llamactl() {
         "llamactl serve:--log-level")
             COMPREPLY=()
             return ;;
+        "llamactl transcribe:--device")
+            COMPREPLY=()
+            return ;;
+        "llamactl transcribe:--rate")
+            COMPREPLY=()
+            return ;;
+        "llamactl transcribe:--model"|"llamactl transcribe:-m")
+            COMPREPLY=()
+            return ;;
+        "llamactl transcribe:--language"|"llamactl transcribe:-l")
+            COMPREPLY=()
+            return ;;
+        "llamactl transcribe:--threads"|"llamactl transcribe:-t")
+            COMPREPLY=()
+            return ;;
+        "llamactl transcribe:--url")
+            COMPREPLY=()
+            return ;;
+        "llamactl transcribe:--api-key")
+            COMPREPLY=()
+            return ;;
     esac
     case "$path" in
         "llamactl")
             opts="--version -V --help -h"
-            subs="chat models serve"
+            subs="chat convert models serve transcribe"
             args=none ;;
         "llamactl chat")
             opts="--model -m --system -s --ctx-size --threads --temperature -t --top-p --top-k --seed --max-tokens -n --show-timings --hide-reasoning --json --help -h"
             subs=""
             args=none ;;
+        "llamactl convert")
+            opts="--outfile -o --outtype --mmproj --base --dry-run --quiet -q --json --help -h"
+            subs=""
+            args=dir ;;
         "llamactl models")
             opts="--models-dir --json --help -h"
             subs=""
@@ -138,6 +174,10 @@ _llamactl() {
             opts="--model -m --alias -a --host --port --parallel -np --ctx-size -c --threads -t --batch-size -b --kv-unified --no-kv-unified --chat-template-file --api-key --api-key-file --sse-ping-interval --max-queue --metrics --models-dir --models-preset --models-max --models-autoload --no-models-autoload --sleep-idle-seconds --log-level --help -h"
             subs=""
             args=none ;;
+        "llamactl transcribe")
+            opts="--mic --device --list-devices --rate --model -m --language -l --threads -t --url --api-key --json --help -h"
+            subs=""
+            args=file ;;
     esac
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))

@@ -5,8 +5,10 @@ complete -c llamactl -f
 
 # llamactl
 complete -c llamactl -n __fish_use_subcommand -a chat -d 'Chat with a local model: interactively, one question at a time, or from a pipe'
+complete -c llamactl -n __fish_use_subcommand -a convert -d 'Convert a decision-model checkpoint to GGUF, in llama.cpp\'s own layout'
 complete -c llamactl -n __fish_use_subcommand -a models -d 'List the models that --model can name'
 complete -c llamactl -n __fish_use_subcommand -a serve -d 'Serve the model over HTTP: OpenAI chat completions, completions and Responses, Anthropic Messages, with continuous batching across --parallel slots'
+complete -c llamactl -n __fish_use_subcommand -a transcribe -d 'Transcribe speech: an audio file, raw PCM on stdin, or the microphone (live captions)'
 complete -c llamactl -n '__fish_use_subcommand' -s V -l version -d 'Show the version and exit'
 complete -c llamactl -n '__fish_use_subcommand' -s h -l help -d 'Show this message and exit'
 
@@ -24,6 +26,17 @@ complete -c llamactl -n '__fish_seen_subcommand_from chat' -l show-timings -d 'P
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l hide-reasoning -d 'Do not show the model\'s thinking'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l json -d 'Print one JSON object with the answer, usage and timings'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -s h -l help -d 'Show this message and exit'
+
+# llamactl convert
+complete -c llamactl -n '__fish_seen_subcommand_from convert' -s o -l outfile -r -F -d 'The GGUF file to write (with --mmproj: mmproj-OUT.gguf beside it)'
+complete -c llamactl -n '__fish_seen_subcommand_from convert' -l outtype -x -a 'f32 f16 bf16 q8_0' -d 'Type of the weight matrices (norms and biases stay f32)'
+complete -c llamactl -n '__fish_seen_subcommand_from convert' -l mmproj -d 'Write the vision projector (mmproj) instead'
+complete -c llamactl -n '__fish_seen_subcommand_from convert' -l base -x -a '(__fish_complete_directories)' -d 'Base checkpoint a lev/kev LoRA adapter is merged into'
+complete -c llamactl -n '__fish_seen_subcommand_from convert' -l dry-run -d 'List the tensor map; write nothing'
+complete -c llamactl -n '__fish_seen_subcommand_from convert' -s q -l quiet -d 'No progress bar and no summary'
+complete -c llamactl -n '__fish_seen_subcommand_from convert' -l json -d 'Print the result (or tensor map) as JSON'
+complete -c llamactl -n '__fish_seen_subcommand_from convert' -s h -l help -d 'Show this message and exit'
+complete -c llamactl -n '__fish_seen_subcommand_from convert' -F
 
 # llamactl models
 complete -c llamactl -n '__fish_seen_subcommand_from models' -l models-dir -x -a '(__fish_complete_directories)' -d 'Directory to scan for GGUF files (default: from the config)'
@@ -53,3 +66,17 @@ complete -c llamactl -n '__fish_seen_subcommand_from serve' -l models-autoload -
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l sleep-idle-seconds -x -d 'Unload a model idle this many seconds [-1: never]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l log-level -x -d 'debug, info, warning or error'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s h -l help -d 'Show this message and exit'
+
+# llamactl transcribe
+complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l mic -d 'Record from the microphone'
+complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l device -x -d 'Input device number for --mic (see --list-devices)'
+complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l list-devices -d 'List input devices and exit'
+complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l rate -x -d 'Sample rate of raw PCM on stdin, in Hz'
+complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -s m -l model -x -d 'Speech model: whisper-tiny.en (embedded), a CTranslate2 Whisper directory, or a llama.cpp audio .gguf'
+complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -s l -l language -x -d 'Language code of the speech (e.g'
+complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -s t -l threads -x -d 'Threads for the speech model (default: physical cores)'
+complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l url -x -d 'Use a running llamactl server\'s /v1/realtime instead of the local engine'
+complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l api-key -x -d 'API key for --url'
+complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l json -d 'One JSON object per utterance: {"start", "end", "text"}'
+complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -s h -l help -d 'Show this message and exit'
+complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -F

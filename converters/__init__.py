@@ -1,0 +1,29 @@
+"""Hugging Face decision-model checkpoints to GGUF, in llama.cpp's own layout.
+
+`convert(src, outfile, ...)` detects the family (lfm2-d1, lfm2-d1-omni, MiniCPM-OCR-Jev, OpenJev,
+lev, kev), plans every tensor and key, and writes the file atomically. `heads` tells which
+converted files the pinned llama.cpp loads as they are and which tensors form a head it refuses.
+"""
+
+from __future__ import annotations
+
+from .api import ConvertResult, convert, mmproj_outfile, plan
+from .errors import CheckpointError, ConvertError
+from .families import FAMILIES, detect
+from .heads import head_tensors, loads_natively, trunk_metadata
+from .plan import OutType
+
+__all__ = [
+    "FAMILIES",
+    "CheckpointError",
+    "ConvertError",
+    "ConvertResult",
+    "OutType",
+    "convert",
+    "detect",
+    "head_tensors",
+    "loads_natively",
+    "mmproj_outfile",
+    "plan",
+    "trunk_metadata",
+]

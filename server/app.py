@@ -22,6 +22,8 @@ API_ROUTERS: list[str] = [
     "openai_chat:router",
     "openai_completions:router",
     "openai_responses.routes:router",
+    "openai_audio:router",
+    "realtime:router",
 ]
 
 

@@ -226,10 +226,10 @@ def test_websocket_denial_is_a_401_response(keyed_app) -> None:
 
 
 def test_websocket_with_a_key_passes_the_gate(keyed_app) -> None:
-    """With the key the handshake reaches the router, which has no websocket route: a close,
-    not a 401."""
+    """With the key the handshake gets past the gate to routing; a path with no websocket
+    route then closes the socket: a close, not a 401."""
     client = TestClient(keyed_app)
-    connect = client.websocket_connect("/v1/realtime", headers={"X-Api-Key": "k1"})
+    connect = client.websocket_connect("/no-such-socket", headers={"X-Api-Key": "k1"})
     with pytest.raises(WebSocketDisconnect), connect as ws:
         ws.receive_text()
 

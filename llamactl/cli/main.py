@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from llamactl.cli import chat, models_cmd, serve
+from llamactl.cli import chat, convert, models_cmd, serve, transcribe
 from llamactl.cli._output import print_error
 from llamactl.engine.errors import LlamactlError
 
@@ -94,8 +94,10 @@ def main(
 
 
 chat.register(app)
+convert.register(app)
 models_cmd.register(app)
 serve.register(app)
+transcribe.register(app)
 
 
 def run() -> None:

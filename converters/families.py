@@ -1,0 +1,71 @@
+"""Which decision family a checkpoint is, and how each one is planned."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import d1, minicpm_ocr_jev, openjev
+from .checkpoint import Checkpoint
+from .errors import CheckpointError, ConvertError
+from .plan import GGUFPlan, OutType
+
+
+@dataclass(frozen=True)
+class Family:
+    decision_type: str
+    detect: Callable[[Checkpoint], bool]
+    plan: Callable[[Checkpoint, OutType, Path | None], GGUFPlan]
+    mmproj: Callable[[Checkpoint, OutType], GGUFPlan] | None
+    takes_base: bool = False
+
+
+def _no_mmproj(kind: str) -> Callable[[Checkpoint, OutType], GGUFPlan]:
+    def refuse(ckpt: Checkpoint, out: OutType) -> GGUFPlan:
+        raise ConvertError(f"{kind} takes text only: it has no vision tower for --mmproj")
+
+    return refuse
+
+
+# Most specific first: adapters before full checkpoints, omni before plain d1.
+FAMILIES: tuple[Family, ...] = (
+    Family(openjev.LEV, openjev.is_lev, openjev.plan_lev, _no_mmproj("lev"), takes_base=True),
+    Family(openjev.KEV, openjev.is_kev, openjev.plan_kev, _no_mmproj("kev"), takes_base=True),
+    Family(
+        d1.D1_OMNI, d1.is_d1_omni, lambda c, o, b: d1.plan_d1_omni(c, o), d1.plan_d1_omni_mmproj
+    ),
+    Family(d1.D1, d1.is_d1, lambda c, o, b: d1.plan_d1(c, o), d1.plan_d1_mmproj),
+    Family(
+        minicpm_ocr_jev.TYPE,
+        minicpm_ocr_jev.is_minicpm_ocr_jev,
+        lambda c, o, b: minicpm_ocr_jev.plan(c, o),
+        minicpm_ocr_jev.plan_mmproj,
+    ),
+    Family(
+        openjev.OPENJEV,
+        openjev.is_openjev,
+        lambda c, o, b: openjev.plan_openjev(c, o),
+        openjev.plan_openjev_mmproj,
+    ),
+)
+
+
+def detect(ckpt: Checkpoint) -> Family:
+    """The family of the checkpoint in `ckpt`, from its files and config.json."""
+    for family in FAMILIES:
+        if family.detect(ckpt):
+            return family
+    if not ckpt.has("config.json"):
+        raise CheckpointError(
+            ckpt.dir / "config.json",
+            None,
+            "file not found: not a Hugging Face checkpoint, nor a lev/kev "
+            "adapter (lev_release.json / head.pt)",
+        )
+    cfg = ckpt.config
+    found = f"architectures {cfg.get('architectures')!r}, model_type {cfg.get('model_type')!r}"
+    raise ConvertError(
+        f"{ckpt.dir} is not a decision-model checkpoint llamactl can convert ({found}); "
+        "supported: " + ", ".join(f.decision_type for f in FAMILIES)
+    )

@@ -1,0 +1,228 @@
+"""The `systemone` chat templates each decision type embeds in its GGUF.
+
+The server renders `tokenizer.chat_template.systemone` once per question with these globals:
+`id`, `type` (choice | score | noul), `instructions`, `state`, `options` (a list of
+{key, description, label}), `images` (media markers), and for lfm2-d1-omni also `audio`,
+`sep`, `mark_state`, `mark_question`, `mark_option`. The templates write the prompt layouts of
+the spec (section 5.7). Each is a single line: newlines are `{{ '\\n' }}` expressions, so the
+renderer's trim/lstrip settings cannot change the output. A checkpoint that carries its own
+`systemone` template (a `systemone.jinja` file, or a template of that name in
+tokenizer_config.json) keeps it instead.
+"""
+
+from __future__ import annotations
+
+NL = "{{ '\\n' }}"
+
+
+def text(expr: str) -> str:
+    """A value as the model saw it in training: strings as they are, anything else as JSON."""
+    return "{{ " + expr + " if " + expr + " is string else " + expr + " | tojson }}"
+
+
+def text_indented(expr: str) -> str:
+    return "{{ " + expr + " if " + expr + " is string else " + expr + " | tojson(indent=2) }}"
+
+
+def _has(expr: str) -> str:
+    return f"{expr} is not none and {expr} != ''"
+
+
+IMAGES = "{% for image in images %}{{ image }}{% endfor %}"
+THINK_CLOSED = f"<|im_start|>assistant{NL}<think>{NL}{NL}</think>{NL}{NL}"
+NOUL_NAME = "{{ 'yes' if o.key == 'true' else 'no' }}"
+
+
+def openjev() -> str:
+    """Qwen chat, thinking closed, options lettered `[A]`..; answer read from the letters."""
+    name = "{% if type == 'noul' %}" + NOUL_NAME + "{% else %}{{ o.key }}{% endif %}"
+    option = (
+        "[{{ o.label }}] "
+        + name
+        + "{% if "
+        + _has("o.description")
+        + " %}: "
+        + text("o.description")
+        + "{% endif %}"
+        + NL
+    )
+    return (
+        f"<|im_start|>user{NL}" + IMAGES + f"State:{NL}" + text("state") + f"{NL}{NL}"
+        "Question: "
+        + text("instructions")
+        + "{% if type == 'score' %} Rate along the ordered levels below (lowest first).{% endif %}"
+        + f"{NL}Options:{NL}"
+        + "{% for o in options %}"
+        + option
+        + "{% endfor %}"
+        + f"{NL}Answer with the letter of the best option only.<|im_end|>{NL}"
+        + THINK_CLOSED
+    )
+
+
+LEV_SYSTEM = (
+    "You are a System One decision model. You read the Evidence and answer each Criterion by "
+    "choosing exactly one of the listed options. You never explain. You answer with the single "
+    "option label only."
+)
+
+
+def lev() -> str:
+    """Lev's chat prompt: Evidence, Criterion, then lettered options or the 0-8 scale."""
+    desc = text("o.description")
+    options = (
+        f"# Options{NL}" + "{% for o in options %}{{ o.label }}. "
+        "{% if type == 'score' %}(level {{ o.key }} of {{ options | length - 1 }}) "
+        + desc
+        + "{% else %}{{ o.key }}{% if o.description %}: "
+        + desc
+        + "{% endif %}{% endif %}"
+        + NL
+        + "{% endfor %}"
+        + NL
+        + "Respond with only the letter of "
+        "{% if type == 'score' %}the level that best matches.{% else %}the best option.{% endif %}"
+    )
+    scale = f"# Scale{NL}0 = certainly no ... 8 = certainly yes{NL}"
+    for key, word in (("true", "yes"), ("false", "no")):
+        scale += (
+            "{% for o in options %}{% if o.key == '"
+            + key
+            + "' and o.description %}"
+            + word
+            + ": "
+            + desc
+            + NL
+            + "{% endif %}{% endfor %}"
+        )
+    scale += f"{NL}Respond with only a digit from 0 to 8."
+    return (
+        f"<|im_start|>system{NL}{LEV_SYSTEM}<|im_end|>{NL}<|im_start|>user{NL}# Evidence{NL}"
+        + text("state")
+        + f"{NL}{NL}# Criterion{NL}"
+        + text("instructions")
+        + NL
+        + NL
+        + "{% if type == 'noul' %}"
+        + scale
+        + "{% else %}"
+        + options
+        + "{% endif %}"
+        + f"{NL}<|im_end|>{NL}"
+        + THINK_CLOSED
+    )
+
+
+def kev() -> str:
+    """Kev's fill-in-the-middle layout; one `<|box_end|>` per option is the pointer marker.
+    The server passes the state and instructions already flattened to text."""
+    name = "{% if type != 'noul' %}{{ o.key }}{% else %}" + NOUL_NAME + "{% endif %}"
+    option = (
+        "{% if type == 'score' %}{% if o.description %}{{ o.description }}{% endif %}"
+        "{% else %}" + name + "{% if o.description %}: {{ o.description }}{% endif %}{% endif %}"
+    )
+    return (
+        "<|fim_prefix|>{{ state }}<|fim_middle|>{{ instructions }}"
+        "{% for o in options %}<|box_start|>" + option + "<|box_end|>{% endfor %}"
+        "<|fim_suffix|>"
+    )
+
+
+def lfm2_d1() -> str:
+    """d1's flat chat prompt; the state block is left out when the state is null."""
+    desc = text("o.description")
+    choice = (
+        f"{NL}{NL}Options:" + "{% for o in options %}" + NL + "{{ o.label }} "
+        "{% if "
+        + _has("o.description")
+        + " %}"
+        + desc
+        + "{% else %}{{ o.key | replace('_', ' ') }}{% endif %}{% endfor %}"
+        + f"{NL}{NL}Reply with the option code only."
+    )
+    noul = (
+        "{% set ns = namespace(described=false) %}{% for o in options %}"
+        "{% if o.description is not none %}{% set ns.described = true %}{% endif %}{% endfor %}"
+        "{% if ns.described %}{% for o in options %}"
+        + NL
+        + "{{ 'Yes' if o.key == 'true' else 'No' }}: "
+        "{% if o.description is not none %}" + desc + "{% else %}None{% endif %}"
+        "{% endfor %}{% endif %}" + f"{NL}{NL}Reply with yes or no only."
+    )
+    score = (
+        f"{NL}{NL}" + "{% for o in options %}{% if not loop.first %}" + NL + "{% endif %}"
+        "{{ o.key }} "
+        + desc
+        + "{% endfor %}"
+        + f"{NL}{NL}Reply with a single digit 0-"
+        + "{{ options | length - 1 }} only."
+    )
+    return (
+        f"<|startoftext|><|im_start|>user{NL}"
+        + IMAGES
+        + "{% if state is not none %}"
+        + text_indented("state")
+        + f"{NL}{NL}{NL}QUESTION:{NL}"
+        + "{% endif %}"
+        + text("instructions")
+        + "{% if type == 'choice' %}"
+        + choice
+        + "{% elif type == 'noul' %}"
+        + noul
+        + "{% else %}"
+        + score
+        + "{% endif %}"
+        + f"<|im_end|>{NL}<|im_start|>assistant{NL}"
+    )
+
+
+def lfm2_d1_omni() -> str:
+    """d1-omni's pieces, joined by `sep` (the server tokenizes each piece on its own); one
+    `<|mask|>` marker per option."""
+    desc = text("o.description")
+    option_text = (
+        "{% if type == 'noul' %}"
+        + NOUL_NAME
+        + "{% if o.description is not none %}: "
+        + desc
+        + "{% endif %}"
+        "{% elif type == 'score' %}{% if o.description is not none %}"
+        + desc
+        + "{% else %}{{ o.key }}{% endif %}"
+        "{% else %}{{ o.key }}{% if o.description is not none %}: " + desc + "{% endif %}"
+        "{% endif %}"
+    )
+    return (
+        IMAGES + "{{ sep }}<|startoftext|><|reserved_7|>{{ sep }}{{ mark_state }}"
+        "{% if state is not none %}" + text("state") + "{% endif %}"
+        "{{ sep }}{{ mark_question }}<|reserved_8|>"
+        + text("instructions")
+        + "{% for o in options %}{{ sep }}<|reserved_9|><|mask|>{{ sep }}{{ mark_option }} "
+        + option_text
+        + "{{ sep }}<|reserved_10|>{% endfor %}{{ sep }}<|reserved_11|>"
+    )
+
+
+def minicpm_ocr_jev() -> str:
+    """The fixed OCR check: the image, then the OCR text; the value head reads the last token."""
+    return (
+        f"<|im_start|>user{NL}"
+        + IMAGES
+        + f"{NL}OCR text:{NL}"
+        + text("state")
+        + f"<|im_end|>{NL}<|im_start|>assistant{NL}"
+    )
+
+
+BUILTIN = {
+    "openjev": openjev,
+    "lev": lev,
+    "kev": kev,
+    "lfm2-d1": lfm2_d1,
+    "lfm2-d1-omni": lfm2_d1_omni,
+    "openbmb-minicpm-ocr-jev": minicpm_ocr_jev,
+}
+
+
+def builtin(decision_type: str) -> str:
+    return BUILTIN[decision_type]()

@@ -1,0 +1,41 @@
+"""Speech in: transcribers (faster-whisper, llama.cpp `mtmd`), streaming transcription, VAD.
+
+Only this package touches the speech runtimes; front ends use `AudioService` (one compute
+thread shared by every stream and batch request) and the event types in `types`.
+"""
+
+from __future__ import annotations
+
+from .service import AudioService
+from .stream import TranscriptionStream
+from .transcriber import Transcriber
+from .types import (
+    Cleared,
+    Committed,
+    Completed,
+    Final,
+    Partial,
+    Segment,
+    SpeechStarted,
+    SpeechStopped,
+    StreamEvent,
+    StreamFailed,
+)
+from .vad import VadConfig
+
+__all__ = [
+    "AudioService",
+    "Cleared",
+    "Committed",
+    "Completed",
+    "Final",
+    "Partial",
+    "Segment",
+    "SpeechStarted",
+    "SpeechStopped",
+    "StreamEvent",
+    "StreamFailed",
+    "Transcriber",
+    "TranscriptionStream",
+    "VadConfig",
+]

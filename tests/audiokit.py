@@ -1,0 +1,139 @@
+"""Speech made in the tests: eSpeak NG from the `espeakng-loader` package, through ctypes.
+
+No recordings are shipped and nothing is downloaded: sentences are synthesized on the fly
+(22.05 kHz int16 from eSpeak), cached per process, and scored with a word error rate.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import io
+import re
+import threading
+import wave
+from pathlib import Path
+
+import numpy as np
+
+SENTENCES = (
+    "The weather is nice today and we are going to the park.",
+    "Please send the report to my office before noon on Friday.",
+    "I would like a cup of coffee with milk and no sugar.",
+    "The train to the city leaves at seven in the morning.",
+    "She opened the window because the room was very warm.",
+)
+
+_SYNCHRONOUS = 2  # AUDIO_OUTPUT_SYNCHRONOUS
+_RATE_PARAM = 1  # espeakRATE
+_CHARS_UTF8 = 1
+_CALLBACK = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p
+)
+_lock = threading.Lock()
+
+
+class _Espeak:
+    def __init__(self) -> None:
+        import espeakng_loader
+
+        lib = ctypes.CDLL(espeakng_loader.get_library_path())
+        lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+        lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
+        lib.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        lib.espeak_Synth.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_uint,
+            ctypes.c_int,
+            ctypes.c_uint,
+            ctypes.c_uint,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+        ]
+        data_dir = Path(espeakng_loader.get_data_path()).parent
+        self.rate = lib.espeak_Initialize(_SYNCHRONOUS, 0, str(data_dir).encode(), 0)
+        if self.rate <= 0:
+            raise RuntimeError("eSpeak NG did not initialise")
+        self._chunks: list[np.ndarray] = []
+        self._callback = _CALLBACK(self._collect)  # kept alive with the object
+        lib.espeak_SetSynthCallback(self._callback)
+        self.lib = lib
+
+    def _collect(self, wav, n, _events) -> int:
+        if n > 0 and wav:
+            self._chunks.append(np.ctypeslib.as_array(wav, shape=(n,)).copy())
+        return 0
+
+    def say(self, text: str, voice: str, wpm: int) -> np.ndarray:
+        self._chunks = []
+        self.lib.espeak_SetVoiceByName(voice.encode())
+        self.lib.espeak_SetParameter(_RATE_PARAM, wpm, 0)
+        data = text.encode("utf-8") + b"\0"
+        self.lib.espeak_Synth(data, len(data), 0, 0, 0, _CHARS_UTF8, None, None)
+        self.lib.espeak_Synchronize()
+        return np.concatenate(self._chunks) if self._chunks else np.zeros(0, np.int16)
+
+
+@functools.cache
+def _engine() -> _Espeak:
+    return _Espeak()
+
+
+@functools.cache
+def speech(text: str, voice: str = "en-us", wpm: int = 170) -> tuple[np.ndarray, int]:
+    """(int16 samples, rate) of `text` spoken by eSpeak NG."""
+    with _lock:
+        engine = _engine()
+        samples = engine.say(text, voice, wpm)
+    samples.setflags(write=False)
+    return samples, engine.rate
+
+
+def silence(seconds: float, rate: int) -> np.ndarray:
+    return np.zeros(int(seconds * rate), dtype=np.int16)
+
+
+def utterances(texts, *, gap: float = 1.2, lead: float = 0.5, voice: str = "en-us"):
+    """Sentences one after another with `gap` seconds of silence, int16 at eSpeak's rate."""
+    parts = []
+    rate = 22050
+    for text in texts:
+        samples, rate = speech(text, voice)
+        parts += [silence(lead if not parts else gap, rate), samples]
+    parts.append(silence(lead, rate))
+    return np.concatenate(parts), rate
+
+
+def wav_bytes(samples: np.ndarray, rate: int) -> bytes:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(np.asarray(samples, dtype="<i2").tobytes())
+    return out.getvalue()
+
+
+def to_rate(samples: np.ndarray, src: int, dst: int) -> np.ndarray:
+    """int16 resampled (for feeding the realtime API at 24 kHz)."""
+    import soxr
+
+    out = soxr.resample(samples.astype(np.float32) / 32768.0, src, dst)
+    return (np.clip(out, -1, 1) * 32767).astype(np.int16)
+
+
+def words(text: str) -> list[str]:
+    return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
+
+
+def wer(reference: str, hypothesis: str) -> float:
+    """Word error rate: word-level edit distance over the reference length."""
+    ref, hyp = words(reference), words(hypothesis)
+    row = list(range(len(hyp) + 1))
+    for i in range(1, len(ref) + 1):
+        diag, row[0] = row[0], i
+        for j in range(1, len(hyp) + 1):
+            cost = diag + (ref[i - 1] != hyp[j - 1])
+            diag, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, cost)
+    return row[len(hyp)] / max(1, len(ref))

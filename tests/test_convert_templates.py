@@ -1,0 +1,144 @@
+"""The `systemone` templates the converters embed render the spec's prompt layouts (5.7), in
+the same sandbox the engine renders chat templates with."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from llamactl.converters import convert, templates
+from synthetic_checkpoints import cached, read_gguf
+
+from llamactl.engine.chat.environment import compile_template
+
+OPTIONS = [
+    {"key": "billing", "description": "Money matters", "label": "A"},
+    {"key": "tech_support", "description": None, "label": "B"},
+]
+NOUL = [
+    {"key": "true", "description": "It is broken", "label": "A"},
+    {"key": "false", "description": None, "label": "B"},
+]
+SCORE = [
+    {"key": "0", "description": "can wait", "label": "A"},
+    {"key": "1", "description": "today", "label": "B"},
+    {"key": "2", "description": "right now", "label": "C"},
+]
+
+
+def render(decision_type: str, **variables) -> str:
+    base = {"id": "q", "images": [], "state": "ticket", "instructions": "Route it"}
+    return compile_template(templates.builtin(decision_type)).render(**(base | variables))
+
+
+def test_openjev_choice_layout():
+    got = render("openjev", type="choice", options=OPTIONS)
+    assert got == (
+        "<|im_start|>user\nState:\nticket\n\nQuestion: Route it\nOptions:\n"
+        "[A] billing: Money matters\n[B] tech_support\n\n"
+        "Answer with the letter of the best option only.<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )
+
+
+def test_openjev_object_state_keeps_key_order_and_score_hint():
+    got = render("openjev", type="score", options=SCORE, state={"b": 1, "a": [1, "x"]})
+    assert 'State:\n{"b": 1, "a": [1, "x"]}\n' in got
+    assert "Question: Route it Rate along the ordered levels below (lowest first).\n" in got
+    assert "[C] 2: right now\n" in got
+    noul = render("openjev", type="noul", options=NOUL)
+    assert "[A] yes: It is broken\n[B] no\n" in noul
+
+
+def test_lev_layouts():
+    choice = render("lev", type="choice", options=OPTIONS)
+    assert choice.startswith(f"<|im_start|>system\n{templates.LEV_SYSTEM}<|im_end|>\n")
+    assert (
+        "<|im_start|>user\n# Evidence\nticket\n\n# Criterion\nRoute it\n\n# Options\n"
+        "A. billing: Money matters\nB. tech_support\n\n"
+        "Respond with only the letter of the best option.\n<|im_end|>\n"
+    ) in choice
+    score = render("lev", type="score", options=SCORE)
+    assert "A. (level 0 of 2) can wait\n" in score and "the level that best matches." in score
+    noul = render("lev", type="noul", options=NOUL)
+    assert (
+        "# Scale\n0 = certainly no ... 8 = certainly yes\nyes: It is broken\n\n"
+        "Respond with only a digit from 0 to 8.\n<|im_end|>"
+    ) in noul
+
+
+def test_kev_layout_has_one_marker_per_option():
+    got = render("kev", type="choice", options=OPTIONS, state="name: Bob")
+    assert got == (
+        "<|fim_prefix|>name: Bob<|fim_middle|>Route it<|box_start|>billing: Money matters"
+        "<|box_end|><|box_start|>tech_support<|box_end|><|fim_suffix|>"
+    )
+    noul = render("kev", type="noul", options=NOUL)
+    assert "<|box_start|>yes: It is broken<|box_end|><|box_start|>no<|box_end|>" in noul
+
+
+def test_lfm2_d1_layouts():
+    choice = render("lfm2-d1", type="choice", options=OPTIONS, state={"x": 1}, images=["<IMG>"])
+    assert choice == (
+        '<|startoftext|><|im_start|>user\n<IMG>{\n  "x": 1\n}\n\n\nQUESTION:\nRoute it\n\n'
+        "Options:\nA Money matters\nB tech support\n\nReply with the option code only."
+        "<|im_end|>\n<|im_start|>assistant\n"
+    )
+    no_state = render("lfm2-d1", type="noul", options=NOUL, state=None)
+    assert no_state == (
+        "<|startoftext|><|im_start|>user\nRoute it\nYes: It is broken\nNo: None\n\n"
+        "Reply with yes or no only.<|im_end|>\n<|im_start|>assistant\n"
+    )
+    bare = render("lfm2-d1", type="noul", options=[dict(o, description=None) for o in NOUL])
+    assert "QUESTION:\nRoute it\n\nReply with yes or no only." in bare
+    score = render("lfm2-d1", type="score", options=SCORE)
+    assert (
+        "Route it\n\n0 can wait\n1 today\n2 right now\n\nReply with a single digit 0-2 only."
+        in (score)
+    )
+
+
+def test_lfm2_d1_omni_pieces():
+    got = render(
+        "lfm2-d1-omni",
+        type="choice",
+        options=OPTIONS,
+        sep="|SEP|",
+        mark_state="<S>",
+        mark_question="<Q>",
+        mark_option="<O>",
+        audio=False,
+    )
+    assert got.split("|SEP|") == [
+        "",
+        "<|startoftext|><|reserved_7|>",
+        "<S>ticket",
+        "<Q><|reserved_8|>Route it",
+        "<|reserved_9|><|mask|>",
+        "<O> billing: Money matters",
+        "<|reserved_10|>",
+        "<|reserved_9|><|mask|>",
+        "<O> tech_support",
+        "<|reserved_10|>",
+        "<|reserved_11|>",
+    ]
+
+
+def test_minicpm_ocr_jev_is_a_fixed_prompt():
+    got = render("openbmb-minicpm-ocr-jev", type="choice", options=[], images=["<IMG>"])
+    assert got == ("<|im_start|>user\n<IMG>\nOCR text:\nticket<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_checkpoint_keeps_its_own_systemone_template(tmp_path_factory, tmp_path):
+    src = tmp_path / "d1"
+    shutil.copytree(cached(tmp_path_factory, "lfm2-d1"), src)
+    (src / "systemone.jinja").write_text("{{ instructions }}", encoding="utf-8")
+    convert(src, tmp_path / "d1.gguf", dry_run=False)
+    meta, _ = read_gguf(tmp_path / "d1.gguf")
+    assert meta["tokenizer.chat_template.systemone"] == "{{ instructions }}"
+
+
+@pytest.mark.parametrize("decision_type", sorted(templates.BUILTIN))
+def test_every_template_is_one_line(decision_type):
+    # newlines are expressions, so trim_blocks / lstrip_blocks cannot change the output
+    assert "\n" not in templates.builtin(decision_type)

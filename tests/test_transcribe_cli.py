@@ -1,0 +1,178 @@
+"""`llamactl transcribe`: files, stdin, --json, --url, and the microphone path (fed from a
+file through the same capture code), with the messages users see when something is missing."""
+
+from __future__ import annotations
+
+import _thread
+import io
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+from audiokit import SENTENCES, silence, to_rate, utterances, wav_bytes, wer
+from typer.testing import CliRunner
+
+import llamactl.cli.transcribe as transcribe_cli
+from llamactl.cli.main import app
+from llamactl.engine.audio import capture
+
+VOICE = "en-us+f2"
+WER_BOUND = 0.3
+
+
+def run(*args: str, input: bytes | None = None):
+    return CliRunner().invoke(app, ["transcribe", *args], input=input)
+
+
+@pytest.fixture(scope="module")
+def three() -> tuple[np.ndarray, int]:
+    return utterances(SENTENCES[:3], voice=VOICE)
+
+
+@pytest.fixture
+def wav_file(tmp_path, three):
+    path = tmp_path / "three.wav"
+    path.write_bytes(wav_bytes(*three))
+    return path
+
+
+def _check_lines(lines: list[str]) -> None:
+    assert len(lines) == 3, lines
+    for sentence, line in zip(SENTENCES, lines, strict=False):
+        assert wer(sentence, line) <= WER_BOUND, line
+
+
+def test_file_gives_one_line_per_utterance(wav_file):
+    result = run(str(wav_file))
+    assert result.exit_code == 0, result.output
+    _check_lines(result.stdout.splitlines())
+
+
+def test_json_and_stdin(wav_file, three):
+    result = run(str(wav_file), "--json")
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    _check_lines([r["text"] for r in records])
+    assert all(set(r) == {"start", "end", "text"} and r["start"] < r["end"] for r in records)
+    assert [r["start"] for r in records] == sorted(r["start"] for r in records)
+    raw = to_rate(*three, 16000).astype("<i2").tobytes()
+    piped = run("-", "--rate", "16000", "--json", input=raw)
+    assert piped.exit_code == 0, piped.output
+    from_stdin = [json.loads(line) for line in piped.stdout.splitlines()]
+    assert [r["text"] for r in from_stdin] == [r["text"] for r in records]
+    for a, b in zip(records, from_stdin, strict=True):
+        assert abs(a["start"] - b["start"]) < 0.1 and abs(a["end"] - b["end"]) < 0.1
+
+
+def test_url_gives_the_same_output(wav_file):
+    from serverkit import run_server
+
+    local = run(str(wav_file), "--json")
+    with run_server(parallel=1, api_key=["k1"]) as live:
+        remote = run(str(wav_file), "--json", "--url", live.url, "--api-key", "k1")
+        refused = run(str(wav_file), "--url", live.url)
+    assert remote.exit_code == 0, remote.output
+    ours = [json.loads(line) for line in local.stdout.splitlines()]
+    theirs = [json.loads(line) for line in remote.stdout.splitlines()]
+    assert [r["text"] for r in theirs] == [r["text"] for r in ours]
+    for a, b in zip(ours, theirs, strict=True):
+        assert abs(a["start"] - b["start"]) < 0.1 and abs(a["end"] - b["end"]) < 0.1
+    assert refused.exit_code == 1 and "401" in refused.stderr and "--api-key" in refused.stderr
+
+
+class FileInputStream:
+    """sounddevice.InputStream's interface, recording from a WAV file at ~4x real time;
+    presses Ctrl-C once the file is played, as a user stopping the captions would."""
+
+    def __init__(self, pcm: np.ndarray, *, interrupt: bool = True, **kwargs) -> None:
+        assert kwargs["samplerate"] == 16000 and kwargs["channels"] == 1
+        assert kwargs["dtype"] == "int16"
+        self.pcm = pcm
+        self.block = kwargs["blocksize"]
+        self.callback = kwargs["callback"]
+        self.finished = kwargs["finished_callback"]
+        self.interrupt = interrupt
+        self._stop = threading.Event()
+
+    def start(self) -> None:
+        threading.Thread(target=self._play, daemon=True).start()
+
+    def _play(self) -> None:
+        for i in range(0, self.pcm.size, self.block):
+            if self._stop.is_set():
+                return
+            self.callback(self.pcm[i : i + self.block].reshape(-1, 1), self.block, None, None)
+            time.sleep(self.block / 16000 / 4)
+        time.sleep(0.5)
+        if self.interrupt:
+            _thread.interrupt_main()  # Ctrl-C
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.finished()
+
+    def close(self) -> None:
+        pass
+
+
+def test_mic_captions_and_ctrl_c_flushes_the_last_utterance(monkeypatch, three):
+    pcm16 = to_rate(*three, 16000)
+    # no pause after the last sentence: only the Ctrl-C flush can finish it
+    pcm16 = pcm16[: pcm16.size - 16000 * 4 // 10]
+    monkeypatch.setattr(
+        transcribe_cli, "MIC_STREAM_FACTORY", lambda **kw: FileInputStream(pcm16, **kw)
+    )
+    result = run("--mic", "--json")
+    assert result.exit_code == 0, result.output
+    _check_lines([json.loads(line)["text"] for line in result.stdout.splitlines()])
+
+
+def test_missing_portaudio_is_a_clear_message(monkeypatch):
+    def no_portaudio():
+        raise OSError("PortAudio library not found")
+
+    monkeypatch.setattr(capture, "_import_sounddevice", no_portaudio)
+    for args in (["--mic"], ["--list-devices"]):
+        result = run(*args)
+        assert result.exit_code == 1
+        assert "PortAudio" in result.stderr and "libportaudio2" in result.stderr
+        assert "Traceback" not in result.output
+
+
+def test_live_view_redraws_the_spoken_line():
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Terminal()
+    view = transcribe_cli.CaptionView(out, json_output=False)
+    captions = transcribe_cli.Captions(view)
+    captions.started(0, 0.5)
+    captions.partial(0, "hello")
+    captions.delta(0, "Hello there.")
+    captions.partial(0, "how are")
+    captions.completed(0, "Hello there. How are you?")
+    text = out.getvalue()
+    assert text.count("\r\x1b[2K") == 4
+    assert text.endswith("\r\x1b[2KHello there. How are you?\n")
+    assert "Hello there. how are" in text
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["a.wav", "--mic"], ["a.wav", "--device", "1"], ["-", "--rate", "100"]],
+)
+def test_usage_errors(args):
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+
+
+def test_missing_file_and_silence(tmp_path):
+    result = run(str(tmp_path / "nope.wav"))
+    assert result.exit_code == 1 and "no such audio file" in result.stderr
+    quiet = tmp_path / "quiet.wav"
+    quiet.write_bytes(wav_bytes(silence(2.0, 16000), 16000))
+    result = run(str(quiet), "--json")
+    assert result.exit_code == 0 and result.stdout == ""
