@@ -18,13 +18,14 @@ _log = logging.getLogger("llamactl.llama_cpp")
 _init_lock = threading.Lock()
 _initialised = False
 
-# ggml log levels: 0 none, 1 info, 2 warn, 3 error, 4 debug, 5 continuation of the previous line
+# ggml log levels (ggml.h): 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the
+# previous line (logged at the debug level here)
 _LEVELS = {
-    0: logging.CRITICAL,
-    1: logging.INFO,
-    2: logging.WARNING,
-    3: logging.ERROR,
-    4: logging.DEBUG,
+    0: logging.INFO,
+    1: logging.DEBUG,
+    2: logging.INFO,
+    3: logging.WARNING,
+    4: logging.ERROR,
 }
 
 

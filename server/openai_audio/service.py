@@ -40,7 +40,7 @@ def audio_service(app: FastAPI) -> AudioService:
 
 def _llm_busy(state: Any) -> bool:
     engine = state.engine
-    return engine is not None and (engine.busy_slots() > 0 or engine.queue_depth() > 0)
+    return engine is not None and (engine.busy_slots > 0 or engine.queue_depth > 0)
 
 
 def close_audio_service(app: FastAPI) -> None:
