@@ -23,11 +23,12 @@ _llamactl() {
             "llamactl chat") path="$path $w" ;;
             "llamactl convert") path="$path $w" ;;
             "llamactl models") path="$path $w" ;;
+            "llamactl score") path="$path $w" ;;
             "llamactl serve") path="$path $w" ;;
             "llamactl transcribe") path="$path $w" ;;
         esac
         case "$path:$w" in
-            "llamactl chat:--model"|"llamactl chat:-m"|"llamactl chat:--system"|"llamactl chat:-s"|"llamactl chat:--ctx-size"|"llamactl chat:--threads"|"llamactl chat:--temperature"|"llamactl chat:-t"|"llamactl chat:--top-p"|"llamactl chat:--top-k"|"llamactl chat:--seed"|"llamactl chat:--max-tokens"|"llamactl chat:-n"|"llamactl convert:--outfile"|"llamactl convert:-o"|"llamactl convert:--outtype"|"llamactl convert:--base"|"llamactl models:--models-dir"|"llamactl serve:--model"|"llamactl serve:-m"|"llamactl serve:--alias"|"llamactl serve:-a"|"llamactl serve:--host"|"llamactl serve:--port"|"llamactl serve:--parallel"|"llamactl serve:-np"|"llamactl serve:--ctx-size"|"llamactl serve:-c"|"llamactl serve:--threads"|"llamactl serve:-t"|"llamactl serve:--batch-size"|"llamactl serve:-b"|"llamactl serve:--chat-template-file"|"llamactl serve:--api-key"|"llamactl serve:--api-key-file"|"llamactl serve:--sse-ping-interval"|"llamactl serve:--max-queue"|"llamactl serve:--models-dir"|"llamactl serve:--models-preset"|"llamactl serve:--models-max"|"llamactl serve:--sleep-idle-seconds"|"llamactl serve:--log-level"|"llamactl transcribe:--device"|"llamactl transcribe:--rate"|"llamactl transcribe:--model"|"llamactl transcribe:-m"|"llamactl transcribe:--language"|"llamactl transcribe:-l"|"llamactl transcribe:--threads"|"llamactl transcribe:-t"|"llamactl transcribe:--url"|"llamactl transcribe:--api-key") skip=1 ;;
+            "llamactl chat:--model"|"llamactl chat:-m"|"llamactl chat:--system"|"llamactl chat:-s"|"llamactl chat:--ctx-size"|"llamactl chat:--threads"|"llamactl chat:--temperature"|"llamactl chat:-t"|"llamactl chat:--top-p"|"llamactl chat:--top-k"|"llamactl chat:--seed"|"llamactl chat:--max-tokens"|"llamactl chat:-n"|"llamactl convert:--outfile"|"llamactl convert:-o"|"llamactl convert:--outtype"|"llamactl convert:--base"|"llamactl models:--models-dir"|"llamactl score:--model"|"llamactl score:-m"|"llamactl score:--state"|"llamactl score:-s"|"llamactl score:--question"|"llamactl score:-q"|"llamactl score:--image"|"llamactl score:-i"|"llamactl score:--request"|"llamactl score:-r"|"llamactl score:--mmproj"|"llamactl score:--threads"|"llamactl score:--parallel"|"llamactl score:--url"|"llamactl serve:--model"|"llamactl serve:-m"|"llamactl serve:--alias"|"llamactl serve:-a"|"llamactl serve:--host"|"llamactl serve:--port"|"llamactl serve:--parallel"|"llamactl serve:-np"|"llamactl serve:--ctx-size"|"llamactl serve:-c"|"llamactl serve:--threads"|"llamactl serve:-t"|"llamactl serve:--batch-size"|"llamactl serve:-b"|"llamactl serve:--chat-template-file"|"llamactl serve:--api-key"|"llamactl serve:--api-key-file"|"llamactl serve:--sse-ping-interval"|"llamactl serve:--max-queue"|"llamactl serve:--models-dir"|"llamactl serve:--models-preset"|"llamactl serve:--models-max"|"llamactl serve:--sleep-idle-seconds"|"llamactl serve:--log-level"|"llamactl transcribe:--device"|"llamactl transcribe:--rate"|"llamactl transcribe:--model"|"llamactl transcribe:-m"|"llamactl transcribe:--language"|"llamactl transcribe:-l"|"llamactl transcribe:--threads"|"llamactl transcribe:-t"|"llamactl transcribe:--url"|"llamactl transcribe:--api-key") skip=1 ;;
         esac
     done
     # --option=value arrives as three words: --option, =, value
@@ -76,6 +77,33 @@ _llamactl() {
             return ;;
         "llamactl models:--models-dir")
             _llamactl_files -d "$cur"
+            return ;;
+        "llamactl score:--model"|"llamactl score:-m")
+            _llamactl_files -f "$cur"
+            return ;;
+        "llamactl score:--state"|"llamactl score:-s")
+            COMPREPLY=()
+            return ;;
+        "llamactl score:--question"|"llamactl score:-q")
+            COMPREPLY=()
+            return ;;
+        "llamactl score:--image"|"llamactl score:-i")
+            _llamactl_files -f "$cur"
+            return ;;
+        "llamactl score:--request"|"llamactl score:-r")
+            _llamactl_files -f "$cur"
+            return ;;
+        "llamactl score:--mmproj")
+            _llamactl_files -f "$cur"
+            return ;;
+        "llamactl score:--threads")
+            COMPREPLY=()
+            return ;;
+        "llamactl score:--parallel")
+            COMPREPLY=()
+            return ;;
+        "llamactl score:--url")
+            COMPREPLY=()
             return ;;
         "llamactl serve:--model"|"llamactl serve:-m")
             COMPREPLY=()
@@ -156,7 +184,7 @@ _llamactl() {
     case "$path" in
         "llamactl")
             opts="--version -V --help -h"
-            subs="chat convert models serve transcribe"
+            subs="chat convert models score serve transcribe"
             args=none ;;
         "llamactl chat")
             opts="--model -m --system -s --ctx-size --threads --temperature -t --top-p --top-k --seed --max-tokens -n --show-timings --hide-reasoning --json --help -h"
@@ -168,6 +196,10 @@ _llamactl() {
             args=dir ;;
         "llamactl models")
             opts="--models-dir --json --help -h"
+            subs=""
+            args=none ;;
+        "llamactl score")
+            opts="--model -m --state -s --question -q --image -i --request -r --mmproj --threads --parallel --url --json --help -h"
             subs=""
             args=none ;;
         "llamactl serve")

@@ -7,6 +7,7 @@ complete -c llamactl -f
 complete -c llamactl -n __fish_use_subcommand -a chat -d 'Chat with a local model: interactively, one question at a time, or from a pipe'
 complete -c llamactl -n __fish_use_subcommand -a convert -d 'Convert a decision-model checkpoint to GGUF, in llama.cpp\'s own layout'
 complete -c llamactl -n __fish_use_subcommand -a models -d 'List the models that --model can name'
+complete -c llamactl -n __fish_use_subcommand -a score -d 'Answer questions about a state with a decision model (no text is generated)'
 complete -c llamactl -n __fish_use_subcommand -a serve -d 'Serve the model over HTTP: OpenAI chat completions, completions and Responses, Anthropic Messages, with continuous batching across --parallel slots'
 complete -c llamactl -n __fish_use_subcommand -a transcribe -d 'Transcribe speech: an audio file, raw PCM on stdin, or the microphone (live captions)'
 complete -c llamactl -n '__fish_use_subcommand' -s V -l version -d 'Show the version and exit'
@@ -42,6 +43,19 @@ complete -c llamactl -n '__fish_seen_subcommand_from convert' -F
 complete -c llamactl -n '__fish_seen_subcommand_from models' -l models-dir -x -a '(__fish_complete_directories)' -d 'Directory to scan for GGUF files (default: from the config)'
 complete -c llamactl -n '__fish_seen_subcommand_from models' -l json -d 'Print a JSON array instead of a table'
 complete -c llamactl -n '__fish_seen_subcommand_from models' -s h -l help -d 'Show this message and exit'
+
+# llamactl score
+complete -c llamactl -n '__fish_seen_subcommand_from score' -s m -l model -r -F -d 'Decision model: GGUF path, alias or name in the models directory'
+complete -c llamactl -n '__fish_seen_subcommand_from score' -s s -l state -x -d 'The state: text, or @FILE (JSON if it ends in .json; @- for stdin)'
+complete -c llamactl -n '__fish_seen_subcommand_from score' -s q -l question -x -d 'ID:TYPE:INSTRUCTIONS[:CRITERIA], repeatable'
+complete -c llamactl -n '__fish_seen_subcommand_from score' -s i -l image -r -F -d 'An image file (up to 8); needs the model\'s mmproj'
+complete -c llamactl -n '__fish_seen_subcommand_from score' -s r -l request -r -F -d 'A whole /v1/systemone request body (JSON; - for stdin)'
+complete -c llamactl -n '__fish_seen_subcommand_from score' -l mmproj -r -F -d 'Vision projector (default: mmproj-<model file> beside the model)'
+complete -c llamactl -n '__fish_seen_subcommand_from score' -l threads -x -d 'CPU threads'
+complete -c llamactl -n '__fish_seen_subcommand_from score' -l parallel -x -d 'Slots: questions scored side by side, sharing their prompt prefix'
+complete -c llamactl -n '__fish_seen_subcommand_from score' -l url -x -d 'Send the request to a running `llamactl serve` instead'
+complete -c llamactl -n '__fish_seen_subcommand_from score' -l json -d 'Print the /v1/systemone response as JSON'
+complete -c llamactl -n '__fish_seen_subcommand_from score' -s h -l help -d 'Show this message and exit'
 
 # llamactl serve
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s m -l model -x -d 'GGUF path, alias or name in the models dir'

@@ -24,6 +24,7 @@ API_ROUTERS: list[str] = [
     "openai_responses.routes:router",
     "openai_audio:router",
     "realtime:router",
+    "systemone:router",
 ]
 
 

@@ -34,7 +34,7 @@ def health(request: Request) -> JSONResponse:
 def list_models(request: Request) -> dict:
     state = server_state(request)
     info = state.engine.model.info
-    return {
+    body = {
         "object": "list",
         "data": [
             {
@@ -54,6 +54,9 @@ def list_models(request: Request) -> dict:
             }
         ],
     }
+    if "decide" in info.capabilities:  # a decision model answers /v1/systemone, not chat
+        body["data"][0]["architecture"] = {"output_modalities": ["decisions"]}
+    return body
 
 
 @router.get("/metrics", tags=["metrics"], response_class=PlainTextResponse)

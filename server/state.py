@@ -48,6 +48,7 @@ class ServerState:
         self.metrics = Metrics()
         self.engine: Engine | None = None
         self.chat: ChatModel | None = None
+        self.decisions = None  # a DecisionEngine when the model is a decision model
         self.load_error: str | None = None
         self._engine_factory = engine_factory or _default_engine
         self._live: dict[str, list[ChatStream]] = {}
@@ -73,6 +74,12 @@ class ServerState:
             template = None
             if self.settings.chat_template_file is not None:
                 template = Path(self.settings.chat_template_file).read_text(encoding="utf-8")
+            if self._engine_factory is _default_engine and _is_decision_model(self.model_path):
+                from .systemone.serving import load_into
+
+                load_into(self)  # a decision engine; chat routes refuse to generate
+                log.info("model %s ready in %.1f s", self.model_id, time.perf_counter() - t0)
+                return
             engine = self._engine_factory(self)
             self.engine = engine
             self.chat = ChatModel(engine, template=template)
@@ -105,6 +112,12 @@ class ServerState:
     def live(self, completion_id: str) -> list[ChatStream]:
         with self._live_lock:
             return list(self._live.get(completion_id, ()))
+
+
+def _is_decision_model(path: Path) -> bool:
+    from .systemone.serving import is_decision_model
+
+    return is_decision_model(path)
 
 
 def _default_engine(state: ServerState) -> Engine:

@@ -1,0 +1,189 @@
+"""Images (and audio) in decision prompts, through llama.cpp's `mtmd` and the model's mmproj.
+
+The rendered prompt holds one media marker per image; `mtmd_tokenize` splits it into text and
+media chunks. Each distinct image of a request is encoded once (`encode`), and its embeddings
+are decoded into whichever sequence needs them (`decode`), so questions that share the image
+(in a shared prefix or not) never run the vision tower twice.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+from llama_cpp import mtmd_cpp as mtmd
+
+from llamactl.engine.errors import InvalidRequestError, LlamactlError, ModelLoadError
+from llamactl.engine.gguf_info import read_gguf_info
+
+from .types import Media
+
+log = logging.getLogger("llamactl.mtmd")
+_GGML_ERROR = 4  # ggml.h: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continuation
+
+
+@llama_cpp.llama_log_callback
+def _mtmd_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    """mtmd narrates every chunk it tokenizes; keep only its errors (all with
+    LLAMACTL_LLAMA_LOG=1)."""
+    if level == _GGML_ERROR or os.environ.get("LLAMACTL_LLAMA_LOG") == "1":
+        log.warning("%s", text.decode("utf-8", "replace").rstrip())
+
+
+_log_routed = False
+
+
+def _route_log() -> None:
+    global _log_routed
+    if not _log_routed:
+        mtmd.mtmd_log_set(_mtmd_log, None)
+        mtmd.mtmd_helper_log_set(_mtmd_log, None)
+        _log_routed = True
+
+
+# mtmd_helper_decode_image_chunk's optional post-decode hook, passed as a NULL function pointer
+_NO_CALLBACK = ctypes.cast(None, mtmd.mtmd_helper_post_decode_callback)
+
+
+@dataclass(eq=True, frozen=True)
+class MediaUnit:
+    """One image chunk of a prompt; equal when it is the same image of the same request."""
+
+    key: int  # the media's index in the request
+    n_tokens: int = field(compare=False)
+    n_pos: int = field(compare=False)
+    chunk: object = field(compare=False, repr=False)  # mtmd_input_chunk_p, owned by a batch
+
+
+class Projector:
+    """An mmproj paired with the text model."""
+
+    def __init__(self, path: Path, model_handle: object, n_threads: int) -> None:
+        _route_log()
+        info = read_gguf_info(path)  # a wrong file is refused with a message, not an abort
+        if info.model_type != "mmproj" and info.architecture != "clip":
+            raise ModelLoadError(f"{path.name} is not an mmproj file")
+        params = mtmd.mtmd_context_params_default()
+        params.use_gpu = False
+        params.n_threads = n_threads
+        params.print_timings = False
+        params.warmup = False
+        ctx = mtmd.mtmd_init_from_file(str(path).encode(), model_handle, params)
+        if not ctx:
+            raise ModelLoadError(f"mtmd could not load the mmproj {path}")
+        self.path = path
+        self._ctx = ctx
+        self.marker = mtmd.mtmd_default_marker().decode()
+        self.vision = bool(mtmd.mtmd_support_vision(ctx))
+        self.audio = bool(mtmd.mtmd_support_audio(ctx))
+
+    def close(self) -> None:
+        if self._ctx:
+            mtmd.mtmd_free(self._ctx)
+            self._ctx = None
+
+    def supports(self, kind: str) -> bool:
+        return self.vision if kind == "image" else self.audio
+
+    def open(self, media: tuple[Media, ...]) -> MediaSet:
+        return MediaSet(self, media)
+
+
+class MediaSet:
+    """One request's media: bitmaps, the chunks of every tokenized prompt, encoded images."""
+
+    def __init__(self, projector: Projector, media: tuple[Media, ...]) -> None:
+        self.projector = projector
+        self._bitmaps: list[object] = []
+        self._chunk_lists: list[object] = []
+        self._encoded: dict[int, np.ndarray] = {}
+        try:
+            for i, m in enumerate(media):
+                buf = (ctypes.c_uint8 * len(m.data)).from_buffer_copy(m.data)
+                bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(
+                    projector._ctx, buf, len(m.data), False
+                )
+                if not bitmap:
+                    raise InvalidRequestError(f"media {i} ({m.mime}) could not be decoded")
+                mtmd.mtmd_bitmap_set_id(bitmap, str(i).encode())
+                self._bitmaps.append(bitmap)
+        except BaseException:
+            self.close()
+            raise
+
+    def tokenize(self, text: str) -> list[int | MediaUnit]:
+        """Text with one marker per media, in order, to token ids and media units."""
+        chunks = mtmd.mtmd_input_chunks_init()
+        self._chunk_lists.append(chunks)
+        data = text.encode("utf-8")
+        inp = mtmd.mtmd_input_text(data, len(data), False, True)
+        bitmaps = (mtmd.mtmd_bitmap_p_ctypes * len(self._bitmaps))(*self._bitmaps)
+        rc = mtmd.mtmd_tokenize(
+            self.projector._ctx, chunks, ctypes.byref(inp), bitmaps, len(self._bitmaps)
+        )
+        if rc != 0:
+            raise InvalidRequestError(
+                f"the prompt and its {len(self._bitmaps)} media do not match (mtmd error {rc})"
+            )
+        units: list[int | MediaUnit] = []
+        for i in range(mtmd.mtmd_input_chunks_size(chunks)):
+            chunk = mtmd.mtmd_input_chunks_get(chunks, i)
+            kind = mtmd.mtmd_input_chunk_get_type(chunk)
+            if kind == mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
+                n = ctypes.c_size_t()
+                ptr = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
+                units.extend(ptr[k] for k in range(n.value))
+            else:
+                key = int((mtmd.mtmd_input_chunk_get_id(chunk) or b"0").decode())
+                units.append(
+                    MediaUnit(
+                        key,
+                        mtmd.mtmd_input_chunk_get_n_tokens(chunk),
+                        mtmd.mtmd_input_chunk_get_n_pos(chunk),
+                        chunk,
+                    )
+                )
+        return units
+
+    def decode(self, unit: MediaUnit, lctx: object, n_past: int, seq_id: int, n_batch: int) -> int:
+        """Decode the media into `seq_id` at `n_past` (encoding it the first time); returns
+        the position after it."""
+        embd = self._encoded.get(unit.key)
+        ctx = self.projector._ctx
+        if embd is None:
+            if mtmd.mtmd_encode_chunk(ctx, unit.chunk) != 0:
+                raise LlamactlError(f"mtmd could not encode media {unit.key}")
+            n_embd = llama_cpp.llama_model_n_embd_inp(llama_cpp.llama_get_model(lctx))
+            out = mtmd.mtmd_get_output_embd(ctx)
+            embd = np.ctypeslib.as_array(out, shape=(unit.n_tokens * n_embd,)).copy()
+            self._encoded[unit.key] = embd
+        new_past = llama_cpp.llama_pos(0)
+        rc = mtmd.mtmd_helper_decode_image_chunk(
+            ctx,
+            lctx,
+            unit.chunk,
+            embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+            n_past,
+            seq_id,
+            n_batch,
+            ctypes.byref(new_past),
+            _NO_CALLBACK,
+            None,
+        )
+        if rc != 0:
+            raise LlamactlError(f"llama.cpp could not decode media {unit.key} (code {rc})")
+        return new_past.value
+
+    def close(self) -> None:
+        for chunks in self._chunk_lists:
+            mtmd.mtmd_input_chunks_free(chunks)
+        self._chunk_lists.clear()
+        for bitmap in self._bitmaps:
+            mtmd.mtmd_bitmap_free(bitmap)
+        self._bitmaps.clear()
+        self._encoded.clear()
