@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import shutil
@@ -62,7 +63,11 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 180) -> None
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}")
         try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
+            # llama-cpp-python's server has no /health: its model list says it is up
+            if any(
+                httpx.get(url + path, timeout=2).status_code == 200
+                for path in ("/health", "/v1/models")
+            ):
                 return
         except httpx.HTTPError:
             pass
@@ -70,10 +75,12 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 180) -> None
     raise RuntimeError("server did not become healthy")
 
 
-async def stream_chat(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int):
+async def stream_chat(
+    client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int, model: str = "m"
+):
     """(time to first token, decode tokens/s, total seconds, completion tokens, cached)."""
     body = {
-        "model": "m",
+        "model": model,
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
         "temperature": 0,
@@ -108,19 +115,19 @@ async def stream_chat(client: httpx.AsyncClient, url: str, prompt: str, max_toke
 async def measure(url: str, tokens: int) -> Figures:
     f = Figures()
     async with httpx.AsyncClient(timeout=600) as client:
-        await stream_chat(client, url, "Say hi.", 8)  # warm-up
+        # servers that check the model name get the one they report
+        model = (await client.get(url + "/v1/models")).json()["data"][0]["id"]
+        chat = functools.partial(stream_chat, model=model)
+        await chat(client, url, "Say hi.", 8)  # warm-up
         runs = [
-            await stream_chat(client, url, f"Write a long story about {TOPICS[0]}.", tokens)
+            await chat(client, url, f"Write a long story about {TOPICS[0]}.", tokens)
             for _ in range(3)
         ]
         f.ttft_ms = statistics.median(r[0] for r in runs) * 1000
         f.single_tps = statistics.median(r[1] for r in runs)
         t0 = time.perf_counter()
         results = await asyncio.gather(
-            *(
-                stream_chat(client, url, f"Write a long story about {TOPICS[i]}.", tokens)
-                for i in range(8)
-            )
+            *(chat(client, url, f"Write a long story about {TOPICS[i]}.", tokens) for i in range(8))
         )
         wall = time.perf_counter() - t0
         f.agg_tps = sum(r[3] for r in results) / wall
@@ -130,8 +137,8 @@ async def measure(url: str, tokens: int) -> Figures:
         long_prompt = "Summarise these notes. " + " ".join(
             f"Note {i}: the {TOPICS[i % 8]} was {i * 7 % 13} units." for i in range(130)
         )
-        first = await stream_chat(client, url, long_prompt, 16)
-        second = await stream_chat(client, url, long_prompt, 16)
+        first = await chat(client, url, long_prompt, 16)
+        second = await chat(client, url, long_prompt, 16)
         f.long_first_s, f.long_second_s, f.long_cached = first[2], second[2], second[4]
     return f
 

@@ -10,6 +10,7 @@ complete -c llamactl -n __fish_use_subcommand -a models -d 'List the models that
 complete -c llamactl -n __fish_use_subcommand -a score -d 'Answer questions about a state with a decision model (no text is generated)'
 complete -c llamactl -n __fish_use_subcommand -a serve -d 'Serve the model over HTTP: OpenAI chat completions, completions and Responses, Anthropic Messages, with continuous batching across --parallel slots'
 complete -c llamactl -n __fish_use_subcommand -a transcribe -d 'Transcribe speech: an audio file, raw PCM on stdin, or the microphone (live captions)'
+complete -c llamactl -n __fish_use_subcommand -a tts -d 'Speak text: write it as audio to a file or stdout, or play it'
 complete -c llamactl -n '__fish_use_subcommand' -s V -l version -d 'Show the version and exit'
 complete -c llamactl -n '__fish_use_subcommand' -s h -l help -d 'Show this message and exit'
 
@@ -94,3 +95,12 @@ complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l api-key -x -
 complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l json -d 'One JSON object per utterance: {"start", "end", "text"}'
 complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -s h -l help -d 'Show this message and exit'
 complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -F
+
+# llamactl tts
+complete -c llamactl -n '__fish_seen_subcommand_from tts' -s o -l output -r -F -d 'Write the audio to this file'
+complete -c llamactl -n '__fish_seen_subcommand_from tts' -l play -d 'Play through the speakers'
+complete -c llamactl -n '__fish_seen_subcommand_from tts' -l voice -x -d 'Voice name (see --list-voices)'
+complete -c llamactl -n '__fish_seen_subcommand_from tts' -l list-voices -d 'List the voices and exit'
+complete -c llamactl -n '__fish_seen_subcommand_from tts' -l speed -x -d 'Speaking rate, 0.25 to 4'
+complete -c llamactl -n '__fish_seen_subcommand_from tts' -l format -x -a 'wav pcm flac mp3' -d 'pcm is s16le mono; default: from -o\'s suffix, else wav'
+complete -c llamactl -n '__fish_seen_subcommand_from tts' -s h -l help -d 'Show this message and exit'

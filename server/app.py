@@ -25,6 +25,7 @@ API_ROUTERS: list[str] = [
     "openai_audio:router",
     "realtime:router",
     "systemone:router",
+    "tts:router",
 ]
 
 

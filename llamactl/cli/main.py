@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from llamactl.cli import chat, convert, models_cmd, score, serve, transcribe
+from llamactl.cli import chat, convert, models_cmd, score, serve, transcribe, tts
 from llamactl.cli._output import print_error
 from llamactl.engine.errors import LlamactlError
 
@@ -99,6 +99,7 @@ models_cmd.register(app)
 serve.register(app)
 score.register(app)
 transcribe.register(app)
+tts.register(app)
 
 
 def run() -> None:

@@ -1,0 +1,205 @@
+"""`llamactl tts`: speak text with eSpeak NG, to a file, to stdout, or to the speakers.
+
+Audio is handled chunk by chunk as the synthesizer makes it: playback starts with the first
+chunk, and WAV or raw PCM files are written as they grow. FLAC and MP3 are encoded at the end.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, BinaryIO
+
+import numpy as np
+import typer
+
+from llamactl.cli._output import is_tty, stdout_console
+from llamactl.engine.audio.synth import as_int16, open_synthesizer
+from llamactl.engine.audio.synth_encode import encode, pcm_bytes, wav_header
+from llamactl.engine.errors import InvalidRequestError, LlamactlError
+
+HELP = """Speak text: write it as audio to a file or stdout, or play it.
+
+Text comes from the argument or, when piped, from stdin. eSpeak NG speaks it offline
+(no model file needed). Without -o, audio goes to stdout when stdout is not a terminal,
+and is played when it is.
+"""
+
+EPILOG = """**Examples**
+
+```
+llamactl tts "Hello there" -o hello.wav
+echo "Read this aloud" | llamactl tts --play
+llamactl tts "Bonjour" --voice fr -o bonjour.flac
+llamactl tts "Raw samples" --format pcm | aplay -f S16_LE -r 22050 -c 1
+llamactl tts --list-voices
+```
+"""
+
+_SUFFIXES = {".wav": "wav", ".pcm": "pcm", ".raw": "pcm", ".flac": "flac", ".mp3": "mp3"}
+
+# Stand-in for sounddevice.RawOutputStream (tests play into a list).
+OUTPUT_STREAM_FACTORY: Callable[..., Any] | None = None
+
+
+class AudioFormat(str, Enum):
+    wav = "wav"
+    pcm = "pcm"
+    flac = "flac"
+    mp3 = "mp3"
+
+
+class PlaybackUnavailable(LlamactlError):
+    pass
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tts", help=HELP, epilog=EPILOG)(tts_command)
+
+
+def tts_command(
+    text: Annotated[
+        str | None,
+        typer.Argument(help="Text to speak; read from stdin when omitted.", show_default=False),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write the audio to this file.", show_default=False),
+    ] = None,
+    play: Annotated[bool, typer.Option("--play", help="Play through the speakers.")] = False,
+    voice: Annotated[
+        str | None,
+        typer.Option("--voice", help="Voice name (see --list-voices).", show_default=False),
+    ] = None,
+    list_voices: Annotated[
+        bool, typer.Option("--list-voices", help="List the voices and exit.")
+    ] = False,
+    speed: Annotated[
+        float, typer.Option("--speed", min=0.25, max=4.0, help="Speaking rate, 0.25 to 4.")
+    ] = 1.0,
+    audio_format: Annotated[
+        AudioFormat | None,
+        typer.Option(
+            "--format",
+            help="pcm is s16le mono; default: from -o's suffix, else wav.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    synth = open_synthesizer()
+    if list_voices:
+        _print_voices(synth.voices())
+        return
+    text = _read_text(text)
+    fmt = audio_format.value if audio_format else None
+    if fmt is None:
+        fmt = _SUFFIXES.get(output.suffix.lower(), "wav") if output else "wav"
+    to_stdout = output is None and not is_tty(sys.stdout)
+    play = play or (output is None and not to_stdout)
+    player = _open_player(synth.sample_rate) if play else None
+    chunks = synth.synthesize(text, voice=voice, speed=speed)
+    sinks: list[Callable[[np.ndarray], None]] = []
+    if player is not None:
+        sinks.append(player.write)
+    try:
+        if output is not None:
+            with output.open("wb") as f:
+                _write(f, _fan_out(chunks, sinks), synth.sample_rate, fmt)
+        elif to_stdout:
+            out = sys.stdout.buffer
+            _write(out, _fan_out(chunks, sinks), synth.sample_rate, fmt)
+            out.flush()
+        else:
+            for _ in _fan_out(chunks, sinks):
+                pass
+    finally:
+        if player is not None:
+            player.stop()
+            player.close()
+
+
+def _read_text(text: str | None) -> str:
+    if text is None or text == "-":
+        stdin = sys.stdin
+        if text is None and is_tty(stdin):
+            raise InvalidRequestError("no text: pass it as an argument or pipe it on stdin")
+        text = stdin.read()
+    if not text.strip():
+        raise InvalidRequestError("no text to speak")
+    return text
+
+
+def _fan_out(
+    chunks: Iterator[np.ndarray], sinks: list[Callable[[np.ndarray], None]]
+) -> Iterator[np.ndarray]:
+    for chunk in chunks:
+        chunk = as_int16(chunk)
+        for sink in sinks:
+            sink(chunk)
+        yield chunk
+
+
+def _write(out: BinaryIO, chunks: Iterator[np.ndarray], rate: int, fmt: str) -> None:
+    """pcm streams as made; wav streams too when `out` can seek back to fix its sizes."""
+    if fmt == "pcm":
+        for chunk in chunks:
+            out.write(pcm_bytes(chunk))
+            out.flush()
+        return
+    if fmt == "wav" and out.seekable() and out.tell() == 0:
+        out.write(wav_header(rate, 0))
+        n = 0
+        for chunk in chunks:
+            out.write(pcm_bytes(chunk))
+            n += chunk.size
+        out.seek(0)
+        out.write(wav_header(rate, n))
+        return
+    parts = list(chunks)
+    samples = np.concatenate(parts) if parts else np.zeros(0, np.int16)
+    out.write(encode(samples, rate, fmt))
+
+
+def _open_player(rate: int) -> Any:
+    """A started int16 mono output stream; a missing PortAudio becomes a one-line error."""
+    factory = OUTPUT_STREAM_FACTORY
+    if factory is None:
+        try:
+            import sounddevice
+        except (ImportError, OSError) as exc:
+            raise PlaybackUnavailable(
+                f"cannot play audio: PortAudio is not available ({exc}); install it "
+                "(e.g. apt install libportaudio2) or write a file with -o"
+            ) from None
+        factory = sounddevice.RawOutputStream
+    try:
+        stream = factory(samplerate=rate, channels=1, dtype="int16")
+        stream.start()
+    except Exception as exc:  # no output device, PortAudio errors
+        raise PlaybackUnavailable(
+            f"cannot play audio: {exc}; is there an output device? Or write a file with -o"
+        ) from None
+    return _Player(stream)
+
+
+class _Player:
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, chunk: np.ndarray) -> None:
+        self._stream.write(chunk.tobytes())
+
+    def stop(self) -> None:
+        self._stream.stop()
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+def _print_voices(voices: list) -> None:
+    console = stdout_console()
+    width = max((len(v.name) for v in voices), default=4)
+    for v in voices:
+        console.print(f"{v.name:<{width}}  {v.gender:<6}  {v.description}", highlight=False)

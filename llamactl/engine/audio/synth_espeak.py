@@ -1,0 +1,173 @@
+"""eSpeak NG backend: the library and voice data bundled by the `espeakng-loader` package.
+
+It needs no model file, so `llamactl tts` speaks out of the box. eSpeak NG keeps its state in
+process globals (one voice, one callback), so every use goes through `_LOCK`: concurrent
+requests are served one after another, each at many times real time. The synthesis runs on a
+producer thread whose callback hands each buffer (`_BUFFER_MS` long) to the caller's iterator
+at once; returning 1 from the callback is how eSpeak is told to stop.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import queue
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from llamactl.engine.errors import InvalidRequestError
+
+from .synth import SynthesisError, Synthesizer, UnsupportedVoiceFeature, Voice, check_speed
+from .synth_espeak_lib import EspeakVoice, load_library, voice_languages
+
+DEFAULT_VOICE = "en-us"
+_BUFFER_MS = 60
+_SYNCHRONOUS = 2  # AUDIO_OUTPUT_SYNCHRONOUS: the callback receives every buffer
+_PARAM_RATE = 1  # espeakRATE, words per minute
+_DEFAULT_WPM = 175
+_WPM_RANGE = (80, 450)
+_POS_CHARACTER = 1
+_CHARS_UTF8 = 1
+_EE_OK = 0
+_GENDERS = {1: "male", 2: "female"}
+_CALLBACK = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p
+)
+
+_LOCK = threading.Lock()
+_state: dict[str, object] = {}
+
+
+def _library() -> tuple[ctypes.CDLL, int]:
+    """Load and initialise eSpeak NG once per process (it cannot be loaded twice)."""
+    if "lib" not in _state:
+        import espeakng_loader
+
+        lib = load_library(espeakng_loader.get_library_path())
+        data_dir = Path(espeakng_loader.get_data_path()).parent
+        rate = lib.espeak_Initialize(_SYNCHRONOUS, _BUFFER_MS, str(data_dir).encode(), 0)
+        if rate <= 0:
+            raise SynthesisError(f"eSpeak NG did not initialise (data in {data_dir})")
+        _state["lib"], _state["rate"] = lib, rate
+    return _state["lib"], _state["rate"]  # type: ignore[return-value]
+
+
+class EspeakSynthesizer(Synthesizer):
+    """eSpeak NG voices; `seed` is accepted and ignored because eSpeak is deterministic."""
+
+    name = "espeak-ng"
+    can_clone = False
+
+    def __init__(self) -> None:
+        with _LOCK:
+            self._lib, self._rate = _library()
+
+    @property
+    def sample_rate(self) -> int:
+        return self._rate
+
+    def voices(self) -> list[Voice]:
+        with _LOCK:
+            return sorted(self._voice_table().values(), key=lambda voice: voice.name)
+
+    def _voice_table(self) -> dict[str, Voice]:
+        """Listed name (lower case) -> voice; caller holds `_LOCK`."""
+        if "voices" not in _state:
+            table: dict[str, Voice] = {}
+            ids: dict[str, str] = {}
+            found = self._lib.espeak_ListVoices(None)
+            i = 0
+            while found and found[i]:
+                v: EspeakVoice = found[i].contents
+                ident = (v.identifier or b"").decode(errors="replace")
+                langs = voice_languages(v.languages)
+                name = langs[0] if langs else ident
+                table[name.lower()] = Voice(
+                    name=name,
+                    description=(v.name or b"").decode(errors="replace"),
+                    languages=tuple(langs),
+                    gender=_GENDERS.get(v.gender, ""),
+                )
+                ids[name.lower()] = ident
+                i += 1
+            _state["voices"], _state["voice_ids"] = table, ids
+        return _state["voices"]  # type: ignore[return-value]
+
+    def _voice_id(self, voice: str) -> bytes:
+        """A listed name (`en-gb`, optionally `+variant`) -> the file eSpeak loads; other
+        spellings eSpeak understands itself (`en`, `gmw/en`, `English (America)`) pass as is."""
+        self._voice_table()
+        base, plus, variant = voice.partition("+")
+        ident = _state["voice_ids"].get(base.lower(), base)  # type: ignore[union-attr]
+        return f"{ident}{plus}{variant}".encode()
+
+    def synthesize(
+        self,
+        text: str,
+        *,
+        voice: str | None = None,
+        speed: float = 1.0,
+        speaker_ref: bytes | None = None,
+        seed: int | None = None,
+    ) -> Iterator[np.ndarray]:
+        if speaker_ref:
+            raise UnsupportedVoiceFeature(
+                "eSpeak NG cannot clone a voice from speaker_ref; that needs an mtmd TTS model"
+            )
+        wpm = int(round(_DEFAULT_WPM * check_speed(speed)))
+        wpm = min(max(wpm, _WPM_RANGE[0]), _WPM_RANGE[1])
+        voice = voice or DEFAULT_VOICE
+        with _LOCK:  # checked now, so a bad name fails before any audio is promised
+            voice_id = self._voice_id(voice)
+            if self._lib.espeak_SetVoiceByName(voice_id) != _EE_OK:
+                raise InvalidRequestError(
+                    f"Field 'voice': unknown voice '{voice}'; `llamactl tts --list-voices` "
+                    "lists them"
+                )
+        return self._stream(text, voice_id, wpm)
+
+    def _stream(self, text: str, voice_id: bytes, wpm: int) -> Iterator[np.ndarray]:
+        """Generator: nothing runs until the first `next()`; closing it cancels eSpeak."""
+        chunks: queue.SimpleQueue[np.ndarray | BaseException | None] = queue.SimpleQueue()
+        cancel = threading.Event()
+
+        def on_audio(wav, n, _events) -> int:
+            if cancel.is_set():
+                return 1
+            if n > 0 and wav:
+                chunks.put(np.ctypeslib.as_array(wav, shape=(n,)).copy())
+            return 0
+
+        callback = _CALLBACK(on_audio)  # referenced here until the producer is joined
+
+        def produce() -> None:
+            try:
+                with _LOCK:
+                    lib = self._lib
+                    lib.espeak_SetSynthCallback(ctypes.cast(callback, ctypes.c_void_p))
+                    lib.espeak_SetVoiceByName(voice_id)
+                    lib.espeak_SetParameter(_PARAM_RATE, wpm, 0)
+                    data = text.encode("utf-8") + b"\0"
+                    err = lib.espeak_Synth(
+                        data, len(data), 0, _POS_CHARACTER, 0, _CHARS_UTF8, None, None
+                    )
+                    lib.espeak_Synchronize()
+                if err != _EE_OK and not cancel.is_set():
+                    raise SynthesisError(f"eSpeak NG failed (error {err})")
+            except BaseException as exc:  # handed to the consumer
+                chunks.put(exc)
+            finally:
+                chunks.put(None)
+
+        producer = threading.Thread(target=produce, name="espeak-synth", daemon=True)
+        producer.start()
+        try:
+            while (item := chunks.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            cancel.set()  # closed early: the callback tells eSpeak to stop at its next buffer
+            producer.join()
