@@ -114,7 +114,9 @@ async def stream_chat(
 
 async def measure(url: str, tokens: int) -> Figures:
     f = Figures()
-    async with httpx.AsyncClient(timeout=600) as client:
+    # a fresh connection per request: llama-server's HTTP layer drops reused ones at times
+    fresh = httpx.Limits(max_keepalive_connections=0)
+    async with httpx.AsyncClient(timeout=600, limits=fresh) as client:
         # servers that check the model name get the one they report
         model = (await client.get(url + "/v1/models")).json()["data"][0]["id"]
         chat = functools.partial(stream_chat, model=model)
