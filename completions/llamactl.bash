@@ -23,13 +23,15 @@ _llamactl() {
             "llamactl chat") path="$path $w" ;;
             "llamactl convert") path="$path $w" ;;
             "llamactl models") path="$path $w" ;;
+            "llamactl ps") path="$path $w" ;;
             "llamactl score") path="$path $w" ;;
             "llamactl serve") path="$path $w" ;;
+            "llamactl stop") path="$path $w" ;;
             "llamactl transcribe") path="$path $w" ;;
             "llamactl tts") path="$path $w" ;;
         esac
         case "$path:$w" in
-            "llamactl chat:--model"|"llamactl chat:-m"|"llamactl chat:--system"|"llamactl chat:-s"|"llamactl chat:--ctx-size"|"llamactl chat:--threads"|"llamactl chat:--temperature"|"llamactl chat:-t"|"llamactl chat:--top-p"|"llamactl chat:--top-k"|"llamactl chat:--seed"|"llamactl chat:--max-tokens"|"llamactl chat:-n"|"llamactl convert:--outfile"|"llamactl convert:-o"|"llamactl convert:--outtype"|"llamactl convert:--base"|"llamactl models:--models-dir"|"llamactl score:--model"|"llamactl score:-m"|"llamactl score:--state"|"llamactl score:-s"|"llamactl score:--question"|"llamactl score:-q"|"llamactl score:--image"|"llamactl score:-i"|"llamactl score:--request"|"llamactl score:-r"|"llamactl score:--mmproj"|"llamactl score:--threads"|"llamactl score:--parallel"|"llamactl score:--url"|"llamactl serve:--model"|"llamactl serve:-m"|"llamactl serve:--alias"|"llamactl serve:-a"|"llamactl serve:--host"|"llamactl serve:--port"|"llamactl serve:--parallel"|"llamactl serve:-np"|"llamactl serve:--ctx-size"|"llamactl serve:-c"|"llamactl serve:--threads"|"llamactl serve:-t"|"llamactl serve:--batch-size"|"llamactl serve:-b"|"llamactl serve:--chat-template-file"|"llamactl serve:--api-key"|"llamactl serve:--api-key-file"|"llamactl serve:--sse-ping-interval"|"llamactl serve:--max-queue"|"llamactl serve:--models-dir"|"llamactl serve:--models-preset"|"llamactl serve:--models-max"|"llamactl serve:--sleep-idle-seconds"|"llamactl serve:--log-level"|"llamactl transcribe:--device"|"llamactl transcribe:--rate"|"llamactl transcribe:--model"|"llamactl transcribe:-m"|"llamactl transcribe:--language"|"llamactl transcribe:-l"|"llamactl transcribe:--threads"|"llamactl transcribe:-t"|"llamactl transcribe:--url"|"llamactl transcribe:--api-key"|"llamactl tts:--output"|"llamactl tts:-o"|"llamactl tts:--voice"|"llamactl tts:--speed"|"llamactl tts:--format") skip=1 ;;
+            "llamactl chat:--model"|"llamactl chat:-m"|"llamactl chat:--system"|"llamactl chat:-s"|"llamactl chat:--ctx-size"|"llamactl chat:--threads"|"llamactl chat:--temperature"|"llamactl chat:-t"|"llamactl chat:--top-p"|"llamactl chat:--top-k"|"llamactl chat:--seed"|"llamactl chat:--max-tokens"|"llamactl chat:-n"|"llamactl convert:--outfile"|"llamactl convert:-o"|"llamactl convert:--outtype"|"llamactl convert:--base"|"llamactl models:--models-dir"|"llamactl ps:--url"|"llamactl ps:--api-key"|"llamactl score:--model"|"llamactl score:-m"|"llamactl score:--state"|"llamactl score:-s"|"llamactl score:--question"|"llamactl score:-q"|"llamactl score:--image"|"llamactl score:-i"|"llamactl score:--request"|"llamactl score:-r"|"llamactl score:--mmproj"|"llamactl score:--threads"|"llamactl score:--parallel"|"llamactl score:--url"|"llamactl serve:--model"|"llamactl serve:-m"|"llamactl serve:--alias"|"llamactl serve:-a"|"llamactl serve:--host"|"llamactl serve:--port"|"llamactl serve:--parallel"|"llamactl serve:-np"|"llamactl serve:--ctx-size"|"llamactl serve:-c"|"llamactl serve:--threads"|"llamactl serve:-t"|"llamactl serve:--batch-size"|"llamactl serve:-b"|"llamactl serve:--chat-template-file"|"llamactl serve:--api-key"|"llamactl serve:--api-key-file"|"llamactl serve:--sse-ping-interval"|"llamactl serve:--max-queue"|"llamactl serve:--models-dir"|"llamactl serve:--models-preset"|"llamactl serve:--models-max"|"llamactl serve:--sleep-idle-seconds"|"llamactl serve:--log-level"|"llamactl stop:--url"|"llamactl stop:--api-key"|"llamactl transcribe:--device"|"llamactl transcribe:--rate"|"llamactl transcribe:--model"|"llamactl transcribe:-m"|"llamactl transcribe:--language"|"llamactl transcribe:-l"|"llamactl transcribe:--threads"|"llamactl transcribe:-t"|"llamactl transcribe:--url"|"llamactl transcribe:--api-key"|"llamactl tts:--output"|"llamactl tts:-o"|"llamactl tts:--voice"|"llamactl tts:--speed"|"llamactl tts:--format") skip=1 ;;
         esac
     done
     # --option=value arrives as three words: --option, =, value
@@ -78,6 +80,12 @@ _llamactl() {
             return ;;
         "llamactl models:--models-dir")
             _llamactl_files -d "$cur"
+            return ;;
+        "llamactl ps:--url")
+            COMPREPLY=()
+            return ;;
+        "llamactl ps:--api-key")
+            COMPREPLY=()
             return ;;
         "llamactl score:--model"|"llamactl score:-m")
             _llamactl_files -f "$cur"
@@ -160,6 +168,12 @@ _llamactl() {
         "llamactl serve:--log-level")
             COMPREPLY=()
             return ;;
+        "llamactl stop:--url")
+            COMPREPLY=()
+            return ;;
+        "llamactl stop:--api-key")
+            COMPREPLY=()
+            return ;;
         "llamactl transcribe:--device")
             COMPREPLY=()
             return ;;
@@ -197,7 +211,7 @@ _llamactl() {
     case "$path" in
         "llamactl")
             opts="--version -V --help -h"
-            subs="chat convert models score serve transcribe tts"
+            subs="chat convert models ps score serve stop transcribe tts"
             args=none ;;
         "llamactl chat")
             opts="--model -m --system -s --ctx-size --threads --temperature -t --top-p --top-k --seed --max-tokens -n --show-timings --hide-reasoning --json --help -h"
@@ -211,12 +225,20 @@ _llamactl() {
             opts="--models-dir --json --help -h"
             subs=""
             args=none ;;
+        "llamactl ps")
+            opts="--url --api-key --all -a --json --help -h"
+            subs=""
+            args=none ;;
         "llamactl score")
             opts="--model -m --state -s --question -q --image -i --request -r --mmproj --threads --parallel --url --json --help -h"
             subs=""
             args=none ;;
         "llamactl serve")
             opts="--model -m --alias -a --host --port --parallel -np --ctx-size -c --threads -t --batch-size -b --kv-unified --no-kv-unified --chat-template-file --api-key --api-key-file --sse-ping-interval --max-queue --metrics --models-dir --models-preset --models-max --models-autoload --no-models-autoload --sleep-idle-seconds --log-level --help -h"
+            subs=""
+            args=none ;;
+        "llamactl stop")
+            opts="--url --api-key --json --help -h"
             subs=""
             args=none ;;
         "llamactl transcribe")

@@ -7,8 +7,10 @@ complete -c llamactl -f
 complete -c llamactl -n __fish_use_subcommand -a chat -d 'Chat with a local model: interactively, one question at a time, or from a pipe'
 complete -c llamactl -n __fish_use_subcommand -a convert -d 'Convert a decision-model checkpoint to GGUF, in llama.cpp\'s own layout'
 complete -c llamactl -n __fish_use_subcommand -a models -d 'List the models that --model can name'
+complete -c llamactl -n __fish_use_subcommand -a ps -d 'Show the models loaded in a running server: status, memory, busy slots'
 complete -c llamactl -n __fish_use_subcommand -a score -d 'Answer questions about a state with a decision model (no text is generated)'
 complete -c llamactl -n __fish_use_subcommand -a serve -d 'Serve the model over HTTP: OpenAI chat completions, completions and Responses, Anthropic Messages, with continuous batching across --parallel slots'
+complete -c llamactl -n __fish_use_subcommand -a stop -d 'Unload a model from a running router: its child process stops'
 complete -c llamactl -n __fish_use_subcommand -a transcribe -d 'Transcribe speech: an audio file, raw PCM on stdin, or the microphone (live captions)'
 complete -c llamactl -n __fish_use_subcommand -a tts -d 'Speak text: write it as audio to a file or stdout, or play it'
 complete -c llamactl -n '__fish_use_subcommand' -s V -l version -d 'Show the version and exit'
@@ -44,6 +46,13 @@ complete -c llamactl -n '__fish_seen_subcommand_from convert' -F
 complete -c llamactl -n '__fish_seen_subcommand_from models' -l models-dir -x -a '(__fish_complete_directories)' -d 'Directory to scan for GGUF files (default: from the config)'
 complete -c llamactl -n '__fish_seen_subcommand_from models' -l json -d 'Print a JSON array instead of a table'
 complete -c llamactl -n '__fish_seen_subcommand_from models' -s h -l help -d 'Show this message and exit'
+
+# llamactl ps
+complete -c llamactl -n '__fish_seen_subcommand_from ps' -l url -x -d 'Server address [http://HOST:PORT of your settings]'
+complete -c llamactl -n '__fish_seen_subcommand_from ps' -l api-key -x -d 'Key for a server that requires one [your settings\' first]'
+complete -c llamactl -n '__fish_seen_subcommand_from ps' -s a -l all -d 'Also list models that are not loaded'
+complete -c llamactl -n '__fish_seen_subcommand_from ps' -l json -d 'Print JSON instead of a table'
+complete -c llamactl -n '__fish_seen_subcommand_from ps' -s h -l help -d 'Show this message and exit'
 
 # llamactl score
 complete -c llamactl -n '__fish_seen_subcommand_from score' -s m -l model -r -F -d 'Decision model: GGUF path, alias or name in the models directory'
@@ -81,6 +90,12 @@ complete -c llamactl -n '__fish_seen_subcommand_from serve' -l models-autoload -
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l sleep-idle-seconds -x -d 'Unload a model idle this many seconds [-1: never]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l log-level -x -d 'debug, info, warning or error'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s h -l help -d 'Show this message and exit'
+
+# llamactl stop
+complete -c llamactl -n '__fish_seen_subcommand_from stop' -l url -x -d 'Server address [http://HOST:PORT of your settings]'
+complete -c llamactl -n '__fish_seen_subcommand_from stop' -l api-key -x -d 'Key for a server that requires one [your settings\' first]'
+complete -c llamactl -n '__fish_seen_subcommand_from stop' -l json -d 'Print JSON instead of a table'
+complete -c llamactl -n '__fish_seen_subcommand_from stop' -s h -l help -d 'Show this message and exit'
 
 # llamactl transcribe
 complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l mic -d 'Record from the microphone'

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from llamactl.cli import chat, convert, models_cmd, score, serve, transcribe, tts
+from llamactl.cli import chat, convert, models_cmd, ps, score, serve, transcribe, tts
 from llamactl.cli._output import print_error
 from llamactl.engine.errors import LlamactlError
 
@@ -97,6 +97,7 @@ chat.register(app)
 convert.register(app)
 models_cmd.register(app)
 serve.register(app)
+ps.register(app)
 score.register(app)
 transcribe.register(app)
 tts.register(app)

@@ -1,0 +1,88 @@
+"""`create_router_app(settings)`: the FastAPI app of `llamactl serve` in router mode."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from starlette.routing import Route, WebSocketRoute
+
+from llamactl.config import Settings
+
+from ..errors import install_handlers
+from ..middleware import GateMiddleware
+from . import routes
+from .catalog import ModelSpec, build_catalog
+from .child import ChildProcess, free_port
+from .command import DEFAULT_LAUNCHER, child_argv, child_env
+from .manager import ModelManager
+from .proxy import HttpProxy
+from .state import RouterState
+from .wsproxy import WebSocketProxy
+
+
+def create_router_app(
+    settings: Settings,
+    *,
+    models_dir: Path | None = None,
+    launcher: Sequence[str] = DEFAULT_LAUNCHER,
+    load_timeout: float = 300.0,
+) -> FastAPI:
+    """Serve the preset's models and those in `models_dir`; none is loaded until asked for.
+
+    `launcher` is the command that `serve ...` is appended to for each child (tests use a
+    child with extra routes); `load_timeout` bounds a child's start and a request's wait.
+    """
+    catalog = build_catalog(settings, models_dir)
+
+    def make_child(spec: ModelSpec) -> ChildProcess:
+        port = free_port()
+        argv = child_argv(spec, port, tuple(launcher))
+        return ChildProcess(spec.name, argv, child_env(settings, spec), port)
+
+    manager = ModelManager(
+        catalog,
+        make_child,
+        max_loaded=settings.models_max,
+        idle_seconds=settings.sleep_idle_seconds,
+        load_timeout=load_timeout,
+    )
+    state = RouterState(settings, manager)
+    http_proxy = HttpProxy(manager, autoload=settings.models_autoload)
+    manager.on_child_gone = lambda child: http_proxy.upstreams.forget(child.port)
+    ws_proxy = WebSocketProxy(manager, autoload=settings.models_autoload)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        await manager.start()
+        try:
+            yield
+        finally:
+            await http_proxy.aclose()
+            await manager.close()
+
+    app = FastAPI(
+        title="llamactl router",
+        summary="Many local llama.cpp models behind one OpenAI- and Anthropic-compatible API",
+        lifespan=lifespan,
+    )
+    app.state.llamactl = state
+    install_handlers(app)
+    app.include_router(routes.router)
+    # Everything else goes to the child of the model the request names.
+    app.router.routes.append(Route("/{path:path}", http_proxy, include_in_schema=False))
+    app.router.routes.append(WebSocketRoute("/{path:path}", ws_proxy))
+    # Outermost first: CORS answers preflights, then the gate (request ids, API keys).
+    app.add_middleware(GateMiddleware, state=state)
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=["*"],
+        allow_credentials=True,
+        allow_methods=["*"],
+        allow_headers=["*"],
+        expose_headers=["x-request-id"],
+    )
+    return app

@@ -1,0 +1,179 @@
+"""One child `llamactl serve` process: start it, know when it is ready, stop it, measure it.
+
+The child's output is read continuously (a full pipe would block it), logged under the
+router's logger with the model's name, and its last lines kept to explain a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+
+import httpx
+
+log = logging.getLogger("llamactl.router")
+
+_PR_SET_PDEATHSIG = 1
+
+
+class ChildFailed(Exception):
+    """The child exited, or reported that its model failed to load, before it was ready."""
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now (the child binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    """Linux: the child gets SIGTERM if the router dies without stopping it (kill -9)."""
+    with contextlib.suppress(Exception):
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+_LIBC = ctypes.CDLL(None) if sys.platform == "linux" else None
+
+
+class ChildProcess:
+    """A model server on 127.0.0.1:`port`; `start()` returns once its /health answers 200."""
+
+    def __init__(self, name: str, argv: Sequence[str], env: Mapping[str, str], port: int) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.env = dict(env)
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: asyncio.subprocess.Process | None = None
+        self.output: deque[str] = deque(maxlen=40)
+        self.stopping = False
+        self.started_at: float | None = None
+        self._reader: asyncio.Task[None] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def start(self, client: httpx.AsyncClient, timeout: float) -> None:
+        """Spawn and wait until healthy; ChildFailed (with the child's own words) otherwise."""
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.argv,
+            env=self.env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches the router, which stops children in order
+            preexec_fn=_die_with_parent if _LIBC is not None else None,
+        )
+        self.started_at = time.monotonic()
+        self._reader = asyncio.create_task(self._read_output())
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.returncode is not None:
+                await self._drain()
+                raise ChildFailed(self.exit_message())
+            with contextlib.suppress(httpx.HTTPError):
+                resp = await client.get(self.url + "/health", timeout=2)
+                if resp.status_code == 200:
+                    return
+                message = _error_message(resp)
+                if message and message != "Loading model":
+                    raise ChildFailed(message)
+            if time.monotonic() > deadline:
+                raise ChildFailed(f"not ready after {timeout:g} s")
+            await asyncio.sleep(0.05)
+
+    async def wait(self) -> int:
+        assert self.proc is not None
+        code = await self.proc.wait()
+        await self._drain()
+        return code
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM (the child ends its streams and exits), then SIGKILL after `grace` s."""
+        self.stopping = True
+        if self.proc is None:
+            return
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.terminate()
+            try:
+                await asyncio.wait_for(self.proc.wait(), grace)
+            except asyncio.TimeoutError:
+                log.warning("[%s] did not stop in %g s; killing it", self.name, grace)
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.kill()
+                await self.proc.wait()
+        await self._drain()
+
+    def rss_bytes(self) -> int | None:
+        """Resident memory of the child (Linux /proc), None where unknown."""
+        if not self.alive:
+            return None
+        try:
+            with open(f"/proc/{self.pid}/status", encoding="ascii", errors="replace") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            return None
+        return None
+
+    def exit_message(self) -> str:
+        """Why the child ended: its exit status and its last error line."""
+        code = self.proc.returncode if self.proc else None
+        if code is not None and code < 0:
+            try:
+                status = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                status = f"killed by signal {-code}"
+        else:
+            status = f"exited with code {code}"
+        last = self.last_error_line()
+        return f"{status}: {last}" if last else status
+
+    def last_error_line(self) -> str | None:
+        lines = [line for line in self.output if line.strip()]
+        for line in reversed(lines):
+            if line.lower().startswith(("error", "traceback")) or "Error" in line.split(":")[0]:
+                return line.strip()
+        return lines[-1].strip() if lines else None
+
+    async def _read_output(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        while True:
+            try:
+                raw = await self.proc.stdout.readline()
+            except (ValueError, asyncio.LimitOverrunError):  # an over-long line: skip it
+                continue
+            if not raw:
+                return
+            line = raw.decode("utf-8", "replace").rstrip()
+            self.output.append(line)
+            log.info("[%s] %s", self.name, line)
+
+    async def _drain(self) -> None:
+        """Let the reader take the last lines the child wrote before it exited."""
+        if self._reader is not None:
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._reader), 2)
+
+
+def _error_message(resp: httpx.Response) -> str | None:
+    try:
+        return resp.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return None

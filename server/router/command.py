@@ -1,0 +1,76 @@
+"""The command line and environment of a model's child `llamactl serve`.
+
+The child is fully described by the router: it reads no config file (LLAMACTL_CONFIG points
+at an empty one) and inherits no LLAMACTL_* variable, so a key in the user's config or
+environment can never make a child demand an API key the router does not send. Every
+setting the router does not keep for itself is passed as a LLAMACTL_* variable: the router's
+value, or the preset's for that model. Settings added later reach children with no change here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from llamactl.config import ENV_PREFIX, SETTING_NAMES, Settings
+
+from .catalog import ModelSpec
+from .preset import ROUTER_ONLY
+
+CHILD_HOST = "127.0.0.1"
+DEFAULT_LAUNCHER: tuple[str, ...] = (sys.executable, "-m", "llamactl")
+
+
+def env_text(value: Any) -> str:
+    """A setting's value as load_settings parses it back from an environment variable."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return os.fspath(value) if isinstance(value, Path) else str(value)
+
+
+def child_settings(settings: Settings, spec: ModelSpec) -> dict[str, Any]:
+    """The router's settings minus its own, with the model's preset values on top."""
+    values = {name: getattr(settings, name) for name in SETTING_NAMES if name not in ROUTER_ONLY}
+    values.update(spec.settings)
+    return values
+
+
+def child_env(
+    settings: Settings, spec: ModelSpec, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    inherited = os.environ if base is None else base
+    env = {k: v for k, v in inherited.items() if not k.startswith(ENV_PREFIX)}
+    env["LLAMACTL_CONFIG"] = os.devnull
+    for name, value in child_settings(settings, spec).items():
+        if value is not None:
+            env[ENV_PREFIX + name.upper()] = env_text(value)
+    for name, value in spec.extra.items():
+        env[ENV_PREFIX + name.upper()] = value
+    return env
+
+
+def child_argv(
+    spec: ModelSpec, port: int, launcher: tuple[str, ...] = DEFAULT_LAUNCHER
+) -> list[str]:
+    """`llamactl serve` for one model on a loopback port, reporting the model's router name."""
+    if spec.path is None:
+        raise ValueError(f"model {spec.name!r} has no file")
+    return [
+        *launcher,
+        "serve",
+        "--model",
+        str(spec.path),
+        "--alias",
+        spec.name,
+        "--host",
+        CHILD_HOST,
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]

@@ -1,0 +1,199 @@
+"""A lean HTTP/1.1 client for the hop from router to child, with keep-alive connections.
+
+Why not httpx: a streamed answer is one small chunk per token, and on a machine whose cores
+all run the model, every microsecond the router spends per chunk is taken from generation.
+httpx's layers (httpcore, h11, anyio) cost several times what reading a chunk needs; this
+reads chunked or sized bodies straight from an asyncio stream. The child is our own
+server on loopback, so only what it sends has to be understood.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+_MAX_HEAD = 64 * 1024
+_READ = 64 * 1024
+_NO_BODY = {204, 304}
+
+
+class UpstreamError(Exception):
+    """The child could not be reached or broke the connection."""
+
+
+class ConnectFailed(UpstreamError):
+    """Nothing listens on the child's port: the request was never sent."""
+
+
+@dataclass
+class _Conn:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+@dataclass
+class Response:
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    _conn: _Conn = field(repr=False)
+    _pool: Pool = field(repr=False)
+    _length: int | None = None  # None: chunked, or until EOF when not chunked
+    _chunked: bool = False
+    _reusable: bool = True
+    _done: bool = False
+
+    def header(self, name: bytes) -> bytes | None:
+        for key, value in self.headers:
+            if key.lower() == name:
+                return value
+        return None
+
+    async def body(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive (chunked framing removed)."""
+        reader = self._conn.reader
+        try:
+            if self._chunked:
+                while True:
+                    size_line = await reader.readline()
+                    if not size_line.endswith(b"\n"):
+                        raise UpstreamError("connection closed inside a chunked body")
+                    size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+                    if size == 0:
+                        while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                            pass  # trailers
+                        break
+                    yield await reader.readexactly(size)
+                    await reader.readexactly(2)
+            elif self._length is not None:
+                left = self._length
+                while left > 0:
+                    data = await reader.read(min(left, _READ))
+                    if not data:
+                        raise UpstreamError("connection closed before the body ended")
+                    left -= len(data)
+                    yield data
+            else:
+                self._reusable = False
+                while data := await reader.read(_READ):
+                    yield data
+            self._done = True
+        except (OSError, ValueError, asyncio.IncompleteReadError) as e:
+            raise UpstreamError(str(e) or type(e).__name__) from e
+
+    def close(self) -> None:
+        """Give the connection back for reuse when the body was read whole, else drop it."""
+        if self._done and self._reusable:
+            self._pool.put(self._conn)
+        else:
+            self._conn.close()
+
+
+class Pool:
+    """Idle keep-alive connections to one child."""
+
+    def __init__(self, host: str, port: int, *, keep: int = 16) -> None:
+        self.host = host
+        self.port = port
+        self.keep = keep
+        self._idle: list[_Conn] = []
+
+    def put(self, conn: _Conn) -> None:
+        if len(self._idle) < self.keep and not conn.reader.at_eof():
+            self._idle.append(conn)
+        else:
+            conn.close()
+
+    def close(self) -> None:
+        while self._idle:
+            self._idle.pop().close()
+
+    async def _connect(self) -> _Conn:
+        try:
+            reader, writer = await asyncio.open_connection(self.host, self.port, limit=_MAX_HEAD)
+        except OSError as e:
+            raise ConnectFailed(str(e) or type(e).__name__) from e
+        return _Conn(reader, writer)
+
+    async def request(
+        self, method: str, target: str, headers: Sequence[tuple[bytes, bytes]], body: bytes
+    ) -> Response:
+        """Send a request and read the response head; the body is read with `body()`.
+
+        A pooled connection that the child closed while idle fails before any answer; the
+        request is then sent once more on a fresh connection (the child never saw it).
+        """
+        head = [f"{method} {target} HTTP/1.1\r\n".encode("latin-1")]
+        head.append(f"host: {self.host}:{self.port}\r\n".encode("latin-1"))
+        head += [k + b": " + v + b"\r\n" for k, v in headers]
+        if body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
+            head.append(b"content-length: %d\r\n" % len(body))
+        data = b"".join(head) + b"\r\n" + body
+        while self._idle:
+            conn = self._idle.pop()
+            try:
+                return await self._exchange(conn, method, data)
+            except UpstreamError:
+                conn.close()  # stale: try the next, then a new connection
+        conn = await self._connect()
+        try:
+            return await self._exchange(conn, method, data)
+        except BaseException:
+            conn.close()
+            raise
+
+    async def _exchange(self, conn: _Conn, method: str, data: bytes) -> Response:
+        try:
+            conn.writer.write(data)
+            await conn.writer.drain()
+            raw = await conn.reader.readuntil(b"\r\n\r\n")
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
+            raise UpstreamError(str(e) or type(e).__name__) from e
+        lines = raw.split(b"\r\n")
+        parts = lines[0].split(b" ", 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+            conn.close()
+            raise UpstreamError(f"not an HTTP response: {lines[0][:80]!r}")
+        headers = []
+        for line in lines[1:]:
+            if line:
+                key, _, value = line.partition(b":")
+                headers.append((key.strip().lower(), value.strip()))
+        resp = Response(int(parts[1]), headers, conn, self)
+        connection = (resp.header(b"connection") or b"").lower()
+        resp._reusable = connection != b"close" and parts[0] == b"HTTP/1.1"
+        encoding = (resp.header(b"transfer-encoding") or b"").lower()
+        length = resp.header(b"content-length")
+        if method == "HEAD" or resp.status in _NO_BODY or 100 <= resp.status < 200:
+            resp._length = 0
+        elif b"chunked" in encoding:
+            resp._chunked = True
+        elif length is not None:
+            resp._length = int(length)
+        return resp
+
+
+class Upstreams:
+    """One pool per child port."""
+
+    def __init__(self) -> None:
+        self._pools: dict[int, Pool] = {}
+
+    def pool(self, port: int) -> Pool:
+        pool = self._pools.get(port)
+        if pool is None:
+            pool = self._pools[port] = Pool("127.0.0.1", port)
+        return pool
+
+    def forget(self, port: int) -> None:
+        """Drop a stopped child's connections."""
+        pool = self._pools.pop(port, None)
+        if pool is not None:
+            pool.close()
+
+    def close(self) -> None:
+        for port in list(self._pools):
+            self.forget(port)

@@ -1,0 +1,217 @@
+"""Router parts that need no running server: the preset file, the catalog, the children's
+environment and how a request names its model."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+from llamactl.server.router.catalog import build_catalog
+from llamactl.server.router.command import child_argv, child_env
+from llamactl.server.router.preset import read_preset
+from llamactl.server.router.selection import (
+    autoload_for,
+    query_params,
+    rename_model,
+    requested_model,
+    with_query_model,
+)
+from llamactl.server.router.upstream import ConnectFailed, Pool
+from serverkit import free_port, hermetic_settings
+
+from llamactl.engine.errors import ConfigError
+from llamactl.models import embedded_model_path
+
+EMBEDDED = embedded_model_path()
+
+
+def preset(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "models.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# ----------------------------------------------------------------------------- preset
+def test_preset_values_are_checked_and_paths_made_absolute(tmp_path: Path) -> None:
+    (tmp_path / "t.jinja").write_text("{{ messages }}")
+    (tmp_path / "proj.gguf").write_bytes(b"")
+    models = read_preset(
+        preset(
+            tmp_path,
+            """
+[a]
+model = "SmolLM2"
+aliases = "one"
+ctx-size = 2048
+parallel = 2
+kv_unified = true
+chat_template_file = "t.jinja"
+mmproj = "proj.gguf"
+draft_model = "elsewhere/draft.gguf"
+""",
+        )
+    )
+    (a,) = models
+    assert a.name == "a" and a.model == "SmolLM2" and a.aliases == ("one",)
+    assert a.settings == {
+        "n_ctx": 2048,
+        "parallel": 2,
+        "kv_unified": True,
+        "chat_template_file": tmp_path / "t.jinja",
+    }
+    assert a.extra == {"mmproj": str(tmp_path / "proj.gguf"), "draft_model": "elsewhere/draft.gguf"}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            'model = "x"\nctx_sise = 5',
+            "line 3: [m] unknown key 'ctx_sise'; did you mean 'ctx_size'?",
+        ),
+        ('model = "x"\nparallel = "many"', "line 3: [m] invalid value for parallel: expected an"),
+        ('model = "x"\nparallel = 0', "line 3: [m] parallel must be >= 1, got 0"),
+        ('model = "x"\nport = 9000', "line 3: [m] 'port' is set by the router, not per model"),
+        ('model = "x"\napi_key = "k"', "'api_key' is set by the router"),
+        ("parallel = 2", 'line 1: [m] needs model = "PATH_OR_NAME"'),
+        ('model = "x"\naliases = [1]', "line 3: [m] aliases must be a list of strings"),
+    ],
+)
+def test_preset_mistakes_name_the_line_and_key(tmp_path: Path, body: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        read_preset(preset(tmp_path, f"[m]\n{body}\n"))
+    assert message in str(err.value)
+
+
+def test_preset_that_is_not_toml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="is not valid TOML"):
+        read_preset(preset(tmp_path, "[m\n"))
+    with pytest.raises(ConfigError, match="must be a \\[table\\]"):
+        read_preset(preset(tmp_path, 'model = "x"\n'))
+
+
+# ----------------------------------------------------------------------------- catalog
+def test_catalog_merges_preset_and_models_dir(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    (models / "sub").mkdir(parents=True)
+    os.symlink(EMBEDDED, models / "a.gguf")
+    os.symlink(EMBEDDED, models / "sub" / "b.gguf")
+    (models / "bad.gguf").write_bytes(b"not a gguf file at all")
+    path = preset(tmp_path, f'[a]\nmodel = "{EMBEDDED}"\naliases = ["first"]\nparallel = 1\n')
+    settings = hermetic_settings({"models_preset": str(path)})
+    catalog = build_catalog(settings, models)
+    assert [s.name for s in catalog] == ["a", "bad", "sub/b"]  # the preset's "a" wins
+    assert catalog.resolve("first").name == "a" and catalog.resolve("a").source == "preset"
+    assert catalog.resolve("bad").error and catalog.resolve("sub/b").capabilities == ("chat",)
+    assert catalog.resolve("nope") is None
+
+
+def test_catalog_refuses_a_name_used_twice(tmp_path: Path) -> None:
+    path = preset(
+        tmp_path, f'[a]\nmodel = "{EMBEDDED}"\n\n[b]\nmodel = "{EMBEDDED}"\naliases = ["a"]\n'
+    )
+    with pytest.raises(ConfigError, match="'a' is used by both 'a' and 'b'"):
+        build_catalog(hermetic_settings({"models_preset": str(path)}), None)
+
+
+def test_missing_preset_model_is_listed_with_its_error(tmp_path: Path) -> None:
+    path = preset(tmp_path, '[gone]\nmodel = "nowhere.gguf"\n')
+    (spec,) = build_catalog(hermetic_settings({"models_preset": str(path)}), None)
+    assert spec.path is None and "model 'nowhere.gguf' was not found" in spec.error
+
+
+# ----------------------------------------------------------------------------- children
+def test_child_runs_keyless_from_the_routers_settings(tmp_path: Path) -> None:
+    path = preset(tmp_path, f'[a]\nmodel = "{EMBEDDED}"\nparallel = 1\nmmproj = "p.gguf"\n')
+    settings = hermetic_settings(
+        {"models_preset": str(path), "api_key": ["k"], "threads": 3, "temperature": 0.5}
+    )
+    (spec,) = build_catalog(settings, None)
+    inherited = {"PATH": "/bin", "LLAMACTL_API_KEY": "leak", "LLAMACTL_API_KEY_FILE": "/k"}
+    env = child_env(settings, spec, inherited)
+    assert env["PATH"] == "/bin" and env["LLAMACTL_CONFIG"] == os.devnull
+    assert not any("API_KEY" in k for k in env)
+    assert env["LLAMACTL_PARALLEL"] == "1" and env["LLAMACTL_THREADS"] == "3"
+    assert env["LLAMACTL_TEMPERATURE"] == "0.5" and env["LLAMACTL_KV_UNIFIED"] == "false"
+    assert env["LLAMACTL_MMPROJ"] == "p.gguf"
+    assert "LLAMACTL_MODELS_PRESET" not in env and "LLAMACTL_PORT" not in env
+    argv = child_argv(spec, 4242, ("py", "-m", "llamactl"))
+    assert argv[:4] == ["py", "-m", "llamactl", "serve"]
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and "--api-key" not in argv
+    assert argv[argv.index("--alias") + 1] == "a" and argv[argv.index("--port") + 1] == "4242"
+
+
+# ----------------------------------------------------------------------------- selection
+FORM = (
+    b"--XyZ\r\n"
+    b'Content-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+    b"Content-Type: audio/wav\r\n\r\nRIFF....\r\n"
+    b"--XyZ\r\n"
+    b'Content-Disposition: form-data; name="model"\r\n\r\ntiny\r\n'
+    b"--XyZ--\r\n"
+)
+
+
+def test_the_model_is_read_from_json_form_or_query() -> None:
+    assert requested_model({}, "application/json", b'{"model": "a", "x": 1}') == "a"
+    assert requested_model({"model": "q"}, "application/json", b'{"x": 1}') == "q"
+    assert requested_model({}, "application/json", b"not json") is None
+    assert requested_model({}, "application/json", b'{"model": 5}') is None
+    assert requested_model({}, "multipart/form-data; boundary=XyZ", FORM) == "tiny"
+    assert requested_model({"model": "g"}, "", b"") == "g"
+
+
+def test_aliases_are_renamed_for_the_child() -> None:
+    renamed = rename_model("application/json", b'{"model": "tiny", "n": 1}', "small")
+    assert renamed == b'{"model": "small", "n": 1}'
+    form = rename_model("multipart/form-data; boundary=XyZ", FORM, "small")
+    assert b'name="model"\r\n\r\nsmall\r\n' in form and b"RIFF....\r\n" in form
+    assert with_query_model(b"model=tiny&intent=transcription", "small") == (
+        b"model=small&intent=transcription"
+    )
+    assert with_query_model(b"intent=x", "small") == b"intent=x"
+
+
+def test_autoload_query_overrides_the_default() -> None:
+    assert autoload_for(query_params(b"autoload=false"), True) is False
+    assert autoload_for(query_params(b"autoload=1"), False) is True
+    assert autoload_for(query_params(b"autoload=maybe"), True) is True
+    assert autoload_for({}, False) is False
+
+
+# ----------------------------------------------------------------------------- upstream client
+def test_upstream_reads_chunked_and_sized_bodies_and_retries_stale_connections() -> None:
+    async def main() -> None:
+        seen: list[bytes] = []
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = await reader.readuntil(b"\r\n\r\n")
+            seen.append(head)
+            if b"/chunked" in head:
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n\r\n"
+                )
+            else:
+                body = await reader.readexactly(2)
+                writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: 4\r\n\r\n" + body + b"ok")
+            await writer.drain()
+            writer.close()  # one request per connection: a pooled one is always stale
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        pool = Pool("127.0.0.1", server.sockets[0].getsockname()[1])
+        resp = await pool.request("GET", "/chunked", [(b"x-a", b"1")], b"")
+        assert resp.status == 200 and resp.header(b"transfer-encoding") == b"chunked"
+        assert [chunk async for chunk in resp.body()] == [b"hello", b" world"]
+        resp.close()
+        resp = await pool.request("POST", "/sized", [], b"{}")
+        assert resp.status == 201 and b"".join([c async for c in resp.body()]) == b"{}ok"
+        resp.close()
+        assert b"x-a: 1\r\n" in seen[0] and b"content-length: 2\r\n" in seen[-1]
+        server.close()
+        with pytest.raises(ConnectFailed):
+            await Pool("127.0.0.1", free_port()).request("GET", "/", [], b"")
+
+    asyncio.run(main())
