@@ -14,6 +14,7 @@ import json
 import sys
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -351,9 +352,11 @@ class Captions:
             self.view.final(start, item.end if item.end is not None else start, text)
 
 
-class Runner:
-    def run(self, audio: AudioSource, captions: Captions, stop: threading.Event) -> None:
-        raise NotImplementedError
+class Runner(ABC):
+    """Where the transcription happens: in this process, or on a server (--url)."""
+
+    @abstractmethod
+    def run(self, audio: AudioSource, captions: Captions, stop: threading.Event) -> None: ...
 
 
 def _interruptible(step: Callable[[], bool], stop: threading.Event, audio: AudioSource) -> None:
