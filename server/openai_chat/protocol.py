@@ -323,22 +323,3 @@ class ChatCompletionChunk(BaseModel):
         None, description="Only in the last chunk, with include_usage"
     )
     timings: Timings | None = Field(None, description="With a choice's finish_reason")
-
-
-def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """`model`'s JSON Schema with its `$defs` inlined, for a media type FastAPI does not
-    collect models from (the `text/event-stream` of a streaming route)."""
-    schema = model.model_json_schema(mode="serialization")
-    defs = schema.pop("$defs", {})
-
-    def resolve(node: Any) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                return resolve(defs[ref.removeprefix("#/$defs/")])
-            return {key: resolve(value) for key, value in node.items()}
-        if isinstance(node, list):
-            return [resolve(item) for item in node]
-        return node
-
-    return resolve(schema)

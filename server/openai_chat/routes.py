@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..common import ping_interval, server_state
+from ..schema import inline_schema
 from ..sse import sse_response
 from . import serving
 from .protocol import (
@@ -14,7 +15,6 @@ from .protocol import (
     ChatCompletionRequest,
     ControlRequest,
     ControlResponse,
-    inline_schema,
 )
 
 router = APIRouter(tags=["openai"])
@@ -25,7 +25,7 @@ _STREAM_DOC = {
         "`data: <chat.completion.chunk>` events, `:` pings while idle, then `data: [DONE]`",
         "content": {
             "text/event-stream": {
-                "schema": inline_schema(ChatCompletionChunk),
+                "schema": inline_schema(ChatCompletionChunk, mode="serialization"),
             }
         },
     }

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..common import ping_interval, server_state
-from ..openai_chat.protocol import inline_schema
+from ..schema import inline_schema
 from ..sse import sse_response
 from . import serving
 from .protocol import CompletionRequest, TextCompletion
@@ -17,7 +17,9 @@ _STREAM_DOC = {
     200: {
         "description": "A `text_completion`, or with `stream: true` server-sent events: "
         "`data: <text_completion>` chunks, `:` pings while idle, then `data: [DONE]`",
-        "content": {"text/event-stream": {"schema": inline_schema(TextCompletion)}},
+        "content": {
+            "text/event-stream": {"schema": inline_schema(TextCompletion, mode="serialization")}
+        },
     }
 }
 

@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..schema import inline_schema
+
 
 class SystemOneQuestion(BaseModel):
     type: Literal["choice", "score", "noul"] = Field(
@@ -115,24 +117,6 @@ class DecisionsResponse(BaseModel):
         description="One per question, in request order, with the fields of its type"
     )
     usage: DecisionsUsage
-
-
-def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """`model`'s JSON Schema with `$defs` inlined: a request body documented by hand."""
-    schema = model.model_json_schema()
-    defs = schema.pop("$defs", {})
-
-    def resolve(node: Any) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                return resolve(defs[ref.removeprefix("#/$defs/")])
-            return {k: resolve(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [resolve(v) for v in node]
-        return node
-
-    return resolve(schema)
 
 
 def body_doc(model: type[BaseModel]) -> dict[str, Any]:
