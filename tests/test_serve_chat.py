@@ -19,7 +19,7 @@ import httpx
 import pytest
 from llamactl.server.openai_chat import params, serving
 from llamactl.server.openai_chat.protocol import ChatCompletionChunk as OurChunk
-from llamactl.server.openai_chat.protocol import inline_schema
+from llamactl.server.schema import inline_schema
 from openai import OpenAI
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from serverkit import run_server
