@@ -149,6 +149,7 @@ def test_anthropic_tool_use(tool_server):
     msg = client.messages.create(
         model=MODEL,
         max_tokens=80,
+        extra_body={"temperature": 0},  # this SDK version has no temperature argument
         messages=QUESTION,
         tools=[
             {
