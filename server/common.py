@@ -31,8 +31,15 @@ def server_state(request: Request) -> ServerState:
     state: ServerState = request.app.state.llamactl
     if not state.ready:
         raise APIError(503, state.load_error or "Loading model", "unavailable_error")
-    state.metrics.count_request(request.url.path)
+    state.metrics.count_request(route_template(request))
     return state
+
+
+def route_template(request: Request) -> str:
+    """The matched route's path template (`/v1/responses/{response_id}`), not the raw path:
+    one metrics label per route instead of one per id a client asks about."""
+    route = request.scope.get("route")
+    return getattr(route, "path", None) or request.url.path
 
 
 def check_model(state: ServerState, model: str | None) -> None:

@@ -178,6 +178,15 @@ def test_metrics_counters_move(small: LiveServer) -> None:
     assert after["llamactl:uptime_seconds"] >= before["llamactl:uptime_seconds"]
 
 
+def test_metrics_label_requests_by_route_template(small: LiveServer) -> None:
+    """GET /v1/responses/{id} for many ids is one label, not one per id."""
+    for rid in ("resp_one", "resp_two", "resp_three"):
+        assert httpx.get(small.v1 + f"/responses/{rid}", timeout=10).status_code == 404
+    text = httpx.get(small.url + "/metrics", timeout=10).text
+    assert 'llamactl:http_requests_total{route="/v1/responses/{response_id}"} 3' in text
+    assert "resp_one" not in text and "resp_two" not in text
+
+
 # ---------------------------------------------------------------------------------- queue
 def test_full_queue_refuses_without_touching_running_streams(small: LiveServer) -> None:
     """One slot and a queue of one: with a stream running and one waiting, a third request is
