@@ -10,7 +10,7 @@ from __future__ import annotations
 from .api import ConvertResult, convert, mmproj_outfile, plan
 from .errors import CheckpointError, ConvertError
 from .families import FAMILIES, detect
-from .heads import head_tensors, loads_natively, trunk_metadata
+from .heads import TrunkPlan, head_tensors, loads_natively, trunk_metadata, trunk_plan
 from .plan import OutType
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "ConvertError",
     "ConvertResult",
     "OutType",
+    "TrunkPlan",
     "convert",
     "detect",
     "head_tensors",
@@ -26,4 +27,5 @@ __all__ = [
     "mmproj_outfile",
     "plan",
     "trunk_metadata",
+    "trunk_plan",
 ]

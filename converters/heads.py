@@ -10,6 +10,7 @@ These helpers say which tensors are the head and what metadata the trunk-only co
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 # decision types whose GGUF holds a head the pinned llama.cpp refuses; the others (openjev,
@@ -76,3 +77,32 @@ def trunk_metadata(decision_type: str, metadata: Mapping[str, Any]) -> dict[str,
         if isinstance(value, (list, tuple)):
             out[key] = list(value)[:n_trunk]
     return out
+
+
+@dataclass(frozen=True)
+class TrunkPlan:
+    """How to make the trunk-only copy of a decision GGUF: the one description both the
+    engine's copy and anyone else's (tests, tools) follow."""
+
+    head: tuple[str, ...]  # tensors left out
+    overrides: dict[str, Any] = field(default_factory=dict)  # metadata values rewritten
+    drop_keys: tuple[str, ...] = ()  # metadata entries left out
+
+
+def trunk_plan(
+    decision_type: str, tensor_names: Iterable[str], metadata: Mapping[str, Any]
+) -> TrunkPlan:
+    """The trunk-only copy of a file with these tensors and metadata.
+
+    `{arch}.embedding_length_out` is left out: the pinned llama.cpp sizes the embedding rows
+    it returns by it (the head's width), which would garble the trunk's hidden states.
+    """
+    arch = metadata.get("general.architecture", "")
+    head = head_tensors(
+        decision_type,
+        tensor_names,
+        block_count=metadata.get(f"{arch}.block_count"),
+        head_layers=metadata.get(f"{arch}.decision.block_count"),
+    )
+    drop = (f"{arch}.embedding_length_out",) if f"{arch}.embedding_length_out" in metadata else ()
+    return TrunkPlan(tuple(head), trunk_metadata(decision_type, metadata), drop)

@@ -31,8 +31,11 @@ from typing import Any
 import gguf
 import numpy as np
 import pytest
-from llamactl.converters import head_tensors, trunk_metadata
+from llamactl.converters import trunk_plan
 from llamactl.converters.safetensors_io import SafetensorsFile, save_file
+
+from llamactl.engine.decision.trunk import write_trunk
+from llamactl.engine.gguf_info import read_gguf_info
 
 FAMILIES = (
     "lfm2-d1",
@@ -918,33 +921,10 @@ def read_tensor(path: Path, name: str) -> np.ndarray:
 
 
 def write_trunk_copy(src: Path, dst: Path) -> list[str]:
-    """A copy of a converted decision GGUF without its head, using the converters' `heads`
-    helpers as the engine does; returns the dropped tensor names."""
-    reader = gguf.GGUFReader(src)
-    fields = {k: f for k, f in reader.fields.items() if not k.startswith("GGUF.")}
-    meta = {k: f.contents() for k, f in fields.items()}
-    arch = meta["general.architecture"]
-    decision_type = meta[f"{arch}.decision.type"]
-    names = [t.name for t in reader.tensors]
-    head = head_tensors(
-        decision_type,
-        names,
-        block_count=meta.get(f"{arch}.block_count"),
-        head_layers=meta.get(f"{arch}.decision.block_count"),
-    )
-    overrides = trunk_metadata(decision_type, meta)
-    writer = gguf.GGUFWriter(dst, arch)
-    for key, field in fields.items():
-        if key == "general.architecture":
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(key, overrides.get(key, meta[key]), vtype, sub_type=sub)
-    for t in reader.tensors:
-        if t.name not in head:
-            writer.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return head
+    """A copy of a converted decision GGUF without its head, written by the engine's own code
+    from the converters' plan; returns the dropped tensor names."""
+    info = read_gguf_info(src)
+    decision_type = info.get(f"{info.architecture}.decision.type")
+    plan = trunk_plan(decision_type, [t.name for t in info.tensors], info.metadata)
+    write_trunk(info, plan, dst, progress=False)
+    return list(plan.head)

@@ -164,6 +164,8 @@ def test_minicpm_ocr_jev_needs_a_trunk_only_copy(minicpm, tmp_path):
         Model(result.outfile)  # "wrong number of tensors": qwen35 loads no cls.output
     trunk = tmp_path / "trunk.gguf"
     assert write_trunk_copy(result.outfile, trunk) == ["cls.output.weight"]
+    meta, tensors = read_gguf(trunk)  # the engine's own copy: same plan, same code
+    assert "qwen35.embedding_length_out" not in meta and "cls.output.weight" not in tensors
     top = top_logprobs(trunk, "<|im_start|>user\nOCR text:\nhello<|im_end|>\n")
     assert all(np.isfinite(lp) for _, lp in top)
 

@@ -111,22 +111,12 @@ def read_temperatures(info: GGUFInfo) -> dict[str, float]:
 
 
 def _trunk_for(info: GGUFInfo, dtype: DecisionType, progress: bool) -> TrunkCopy:
-    from llamactl.converters import head_tensors, trunk_metadata
+    from llamactl.converters import trunk_plan
 
-    arch = info.architecture
-    names = [t.name for t in info.tensors]
-    head = head_tensors(
-        dtype.name,
-        names,
-        block_count=info.get(f"{arch}.block_count"),
-        head_layers=info.get(f"{arch}.decision.block_count"),
-    )
-    if not head:
+    plan = trunk_plan(dtype.name, [t.name for t in info.tensors], info.metadata)
+    if not plan.head:
         raise ModelLoadError(f"{info.path.name} ({dtype.name}) holds no head tensors")
-    overrides = trunk_metadata(dtype.name, dict(info.metadata))
-    return ensure_trunk(
-        info, head, overrides, drop_keys=[f"{arch}.embedding_length_out"], progress=progress
-    )
+    return ensure_trunk(info, plan, progress=progress)
 
 
 def _assemble(

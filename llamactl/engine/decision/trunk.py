@@ -4,7 +4,7 @@ llama.cpp's loader refuses a file holding tensors its architecture does not load
 of tensors"): kev's and MiniCPM-OCR-Jev's `cls.output`, d1-omni's head blocks and scorer. Such
 files are copied once, without those tensors, into `$XDG_CACHE_HOME/llamactl/trunks/`; the
 engine runs the copy and applies the head in numpy. The copy is raw: metadata entries and tensor
-bytes are carried over as they are (only the few values `trunk_metadata` names are re-encoded),
+bytes are carried over as they are (only the few values `trunk_plan` names are re-encoded),
 so it costs one sequential read and write of the file.
 """
 
@@ -16,12 +16,12 @@ import logging
 import os
 import struct
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from llamactl import paths
+from llamactl.converters.heads import TrunkPlan
 from llamactl.engine.errors import ModelLoadError
 from llamactl.engine.gguf_info import (
     _SCALAR_STRUCTS,
@@ -61,28 +61,16 @@ def trunk_path(src: Path) -> Path:
     return trunk_dir() / f"{src.stem}.trunk-{digest}.gguf"
 
 
-def ensure_trunk(
-    info: GGUFInfo,
-    head: Iterable[str],
-    overrides: dict[str, Any],
-    *,
-    drop_keys: Iterable[str] = (),
-    progress: bool = True,
-) -> TrunkCopy:
-    """The trunk-only copy of the file `info` describes, made now unless already cached.
-
-    `overrides` re-encodes metadata values; `drop_keys` leaves entries out (the pinned
-    llama.cpp sizes embedding rows by `{arch}.embedding_length_out`, the head's width, which
-    would garble the trunk's hidden states)."""
+def ensure_trunk(info: GGUFInfo, plan: TrunkPlan, *, progress: bool = True) -> TrunkCopy:
+    """The trunk-only copy of the file `info` describes, made now unless already cached."""
     start = time.perf_counter()
     target = trunk_path(info.path)
-    dropped = tuple(head)
     if target.is_file():
-        return TrunkCopy(target, target.stat().st_size, dropped, False, 0.0)
+        return TrunkCopy(target, target.stat().st_size, plan.head, False, 0.0)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        _write_copy(info, set(dropped), overrides, set(drop_keys), tmp, progress)
+        write_trunk(info, plan, tmp, progress=progress)
         os.replace(tmp, target)
     except OSError as exc:
         raise ModelLoadError(
@@ -92,20 +80,25 @@ def ensure_trunk(
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
-    copy = TrunkCopy(target, target.stat().st_size, dropped, True, time.perf_counter() - start)
+    copy = TrunkCopy(target, target.stat().st_size, plan.head, True, time.perf_counter() - start)
     check = read_gguf_info(target)  # a copy we cannot read back is not left behind
-    if check.tensor_count != info.tensor_count - len(dropped):
+    if check.tensor_count != info.tensor_count - len(plan.head):
         target.unlink()
         raise ModelLoadError(f"the trunk-only copy of {info.path.name} came out wrong")
     log.info(
         "made a trunk-only copy of %s (%.1f MiB, without %d head tensors) at %s in %.1f s",
         info.path.name,
         copy.nbytes / 2**20,
-        len(dropped),
+        len(plan.head),
         target,
         copy.seconds,
     )
     return copy
+
+
+def write_trunk(info: GGUFInfo, plan: TrunkPlan, out_path: Path, *, progress: bool) -> None:
+    """Write the copy `plan` describes (see `llamactl.converters.trunk_plan`) to `out_path`."""
+    _write_copy(info, set(plan.head), plan.overrides, set(plan.drop_keys), out_path, progress)
 
 
 # ------------------------------------------------------------------ writing
