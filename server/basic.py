@@ -7,6 +7,7 @@ import time
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from .capabilities import architecture, served_capabilities
 from .errors import APIError
 
 router = APIRouter()
@@ -54,9 +55,20 @@ def list_models(request: Request) -> dict:
             }
         ],
     }
-    if "decide" in info.capabilities:  # a decision model answers /v1/systemone, not chat
-        body["data"][0]["architecture"] = {"output_modalities": ["decisions"]}
+    projector = projector_capabilities(state)
+    entry = body["data"][0]
+    entry["capabilities"] = served_capabilities(info.capabilities, projector)
+    entry["architecture"] = architecture(info.capabilities, projector)
     return body
+
+
+def projector_capabilities(state) -> tuple[str, ...]:
+    """ "see" / "hear" of a decision model's loaded mmproj (chat models use none)."""
+    decisions = getattr(state, "decisions", None)
+    projector = decisions.dm.projector if decisions is not None else None
+    if projector is None:
+        return ()
+    return tuple(c for c, on in (("see", projector.vision), ("hear", projector.audio)) if on)
 
 
 @router.get("/metrics", tags=["metrics"], response_class=PlainTextResponse)

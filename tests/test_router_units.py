@@ -108,6 +108,79 @@ def test_catalog_merges_preset_and_models_dir(tmp_path: Path) -> None:
     assert catalog.resolve("nope") is None
 
 
+def write_projector(path: Path, *, vision: bool = True, audio: bool = False) -> Path:
+    """A header-only mmproj GGUF: enough for the catalog, which reads headers only."""
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(path, "clip")
+    writer.add_bool("clip.has_vision_encoder", vision)
+    writer.add_bool("clip.has_audio_encoder", audio)
+    writer.add_tensor("mm.0.weight", np.zeros((2, 2), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_models_dir_pairs_projectors_as_llama_server_does(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    for sub in ("gemma", "pair", "crowd"):
+        (models / sub).mkdir(parents=True)
+    # a model alone in its subdirectory with an mmproj of any name: paired, dir name an alias
+    os.symlink(EMBEDDED, models / "gemma" / "gemma-3-4b-Q8_0.gguf")
+    write_projector(models / "gemma" / "mmproj-F16.gguf", audio=True)
+    # mmproj-<model file name> beside its model, among others (llamactl convert's naming)
+    os.symlink(EMBEDDED, models / "pair" / "a.gguf")
+    os.symlink(EMBEDDED, models / "pair" / "b.gguf")
+    write_projector(models / "pair" / "mmproj-b.gguf")
+    # two models and one projector of no model's name: nothing is guessed
+    os.symlink(EMBEDDED, models / "crowd" / "x.gguf")
+    os.symlink(EMBEDDED, models / "crowd" / "y.gguf")
+    write_projector(models / "crowd" / "mmproj-z.gguf")
+    # at the top level too; an unreadable file named mmproj is still not a model
+    os.symlink(EMBEDDED, models / "solo.gguf")
+    (models / "mmproj-solo.gguf").write_bytes(b"broken")
+    catalog = build_catalog(hermetic_settings({}), models)
+    names = [s.name for s in catalog]
+    assert names == ["solo", "crowd/x", "crowd/y", "gemma/gemma-3-4b-Q8_0", "pair/a", "pair/b"]
+    gemma = catalog.resolve("gemma")
+    assert gemma.name == "gemma/gemma-3-4b-Q8_0" and gemma.aliases == ("gemma",)
+    assert gemma.extra == {"mmproj": str(models / "gemma" / "mmproj-F16.gguf")}
+    assert gemma.projector_capabilities == ("see", "hear")
+    assert catalog.resolve("pair/b").extra == {"mmproj": str(models / "pair" / "mmproj-b.gguf")}
+    assert catalog.resolve("pair/a").extra == {} and catalog.resolve("pair") is None
+    assert catalog.resolve("crowd/x").extra == catalog.resolve("crowd/y").extra == {}
+    solo = catalog.resolve("solo")
+    assert solo.extra == {"mmproj": str(models / "mmproj-solo.gguf")}
+    assert solo.projector_capabilities == ()  # unreadable: the child says why when it loads
+    # the projector reaches the child as the preset's `mmproj` does
+    env = child_env(hermetic_settings({}), gemma, base={})
+    assert env["LLAMACTL_MMPROJ"] == str(models / "gemma" / "mmproj-F16.gguf")
+    # a chat model takes text only (speech is transcribed), whatever projector it has
+    assert gemma.input_modalities == ["text"] and gemma.output_modalities == ["text"]
+    assert gemma.serves == ["text", "audio_in", "audio_out"]
+
+
+def test_capabilities_of_decision_models() -> None:
+    from llamactl.server.capabilities import architecture, served_capabilities
+
+    assert architecture(("decide",), ("see",)) == {
+        "input_modalities": ["text", "image"],
+        "output_modalities": ["decisions"],
+    }
+    assert served_capabilities(("decide",)) == ["decisions"]
+    assert served_capabilities(("decide",), ("see", "hear")) == [
+        "decisions",
+        "image_in",
+        "audio_in",
+    ]
+    assert (
+        served_capabilities(("see",)) == [] and architecture(("embed",))["input_modalities"] == []
+    )
+
+
 def test_catalog_refuses_a_name_used_twice(tmp_path: Path) -> None:
     path = preset(
         tmp_path, f'[a]\nmodel = "{EMBEDDED}"\n\n[b]\nmodel = "{EMBEDDED}"\naliases = ["a"]\n'

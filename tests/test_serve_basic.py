@@ -79,6 +79,8 @@ def test_models_shape_with_alias(small: LiveServer) -> None:
     assert isinstance(model["created"], int)
     meta = model["meta"]
     assert meta["architecture"] == "llama"
+    assert model["architecture"] == {"input_modalities": ["text"], "output_modalities": ["text"]}
+    assert model["capabilities"] == ["text", "audio_in", "audio_out"]
     assert meta["n_ctx_slot"] > 0 and meta["n_vocab"] > 0 and meta["size"] > 0
     assert httpx.get(small.url + "/models", timeout=10).json() == body
     # the alias is a name requests may use

@@ -254,7 +254,12 @@ def test_a_decision_model_refuses_text_generation(live):
 
 def test_models_reports_decisions_as_the_output(live):
     entry = httpx.get(live.url + "/v1/models", timeout=10).json()["data"][0]
-    assert entry["architecture"] == {"output_modalities": ["decisions"]}
+    # openjev's mmproj (beside it) sees: images count as input
+    assert entry["architecture"] == {
+        "input_modalities": ["text", "image"],
+        "output_modalities": ["decisions"],
+    }
+    assert entry["capabilities"] == ["decisions", "image_in"]
     assert entry["meta"]["capabilities"] == ["decide"]
 
 

@@ -2,6 +2,10 @@
 
 Built once at start. A model whose file cannot be found or read is still listed, with its
 error, so `/models` explains why it fails instead of silently hiding it.
+
+Projectors in --models-dir are paired with their models as llama-server's router does: a
+model with its `mmproj*.gguf` in a subdirectory of its own (the subdirectory's name is then an
+alias of the model), or `mmproj-<model file name>` beside it in any directory.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from typing import Any
 from llamactl.config import Settings
 from llamactl.engine.errors import ConfigError, LlamactlError
 from llamactl.engine.gguf_info import read_gguf_info
-from llamactl.models import list_models, resolve_model
+from llamactl.models import ModelEntry, list_models, resolve_model
 
+from ..capabilities import input_modalities, output_modalities, served_capabilities
 from .preset import PresetModel, read_preset
 
 # GGUF capabilities that make a file servable on its own (projectors are not)
@@ -42,18 +47,15 @@ class ModelSpec:
 
     @property
     def input_modalities(self) -> list[str]:
-        found = ["text"] if "chat" in self.capabilities else []
-        if "see" in self.projector_capabilities:
-            found.append("image")
-        if "hear" in self.projector_capabilities:
-            found.append("audio")
-        return found
+        return input_modalities(self.capabilities, self.projector_capabilities)
 
     @property
     def output_modalities(self) -> list[str]:
-        if "decide" in self.capabilities:
-            return ["decisions"]
-        return ["text"] if "chat" in self.capabilities else []
+        return output_modalities(self.capabilities)
+
+    @property
+    def serves(self) -> list[str]:
+        return served_capabilities(self.capabilities, self.projector_capabilities)
 
 
 class Catalog:
@@ -96,24 +98,79 @@ def build_catalog(settings: Settings, models_dir: Path | None) -> Catalog:
         if not models_dir.is_dir():
             raise ConfigError(f"--models-dir {models_dir} is not a directory")
         scan = dataclasses.replace(settings, models_dir=models_dir, aliases={})
-        for entry in list_models(scan):
-            if entry.source != "models-dir" or entry.name in taken:
+        entries = [e for e in list_models(scan) if e.source == "models-dir"]
+        projectors = pair_projectors(entries)
+        dir_aliases = subdirectory_aliases(entries)
+        for entry in entries:
+            if entry.name in taken or is_projector(entry):
                 continue
             if entry.error is None and not _SERVABLE & set(entry.capabilities):
-                continue  # a projector or vocab-only file
-            specs.append(
-                ModelSpec(
-                    name=entry.name,
-                    path=entry.path,
-                    source="models-dir",
-                    error=entry.error,
-                    architecture=entry.architecture,
-                    context_length=entry.context_length,
-                    size_bytes=entry.size_bytes,
-                    capabilities=entry.capabilities,
-                )
+                continue  # a vocab-only file
+            spec = ModelSpec(
+                name=entry.name,
+                path=entry.path,
+                source="models-dir",
+                error=entry.error,
+                architecture=entry.architecture,
+                context_length=entry.context_length,
+                size_bytes=entry.size_bytes,
+                capabilities=entry.capabilities,
             )
+            proj = projectors.get(entry.name)
+            if proj is not None:
+                spec = dataclasses.replace(
+                    spec,
+                    extra={"mmproj": str(proj.path)},
+                    projector_capabilities=proj.capabilities,
+                )
+            specs.append(spec)
+        names = {n for spec in specs for n in (spec.name, *spec.aliases)}
+        for i, spec in enumerate(specs):
+            alias = dir_aliases.get(spec.name)
+            if spec.source == "models-dir" and alias and alias not in names:
+                specs[i] = dataclasses.replace(spec, aliases=(alias,))
+                names.add(alias)
     return Catalog(specs)
+
+
+def is_projector(entry: ModelEntry) -> bool:
+    """An mmproj file: named so (llama-server's rule), or a readable projector GGUF."""
+    if entry.path.name.lower().startswith("mmproj"):
+        return True
+    caps = set(entry.capabilities)
+    return entry.error is None and not _SERVABLE & caps and bool(caps & {"see", "hear"})
+
+
+def pair_projectors(entries: list[ModelEntry]) -> dict[str, ModelEntry]:
+    """Model name -> its projector, per directory: `mmproj-<model file>` first, then the one
+    projector of a directory that holds one model. Anything else stays unpaired."""
+    by_dir: dict[Path, tuple[list[ModelEntry], list[ModelEntry]]] = {}
+    for entry in entries:
+        models, projs = by_dir.setdefault(entry.path.parent, ([], []))
+        (projs if is_projector(entry) else models).append(entry)
+    pairs: dict[str, ModelEntry] = {}
+    for models, projs in by_dir.values():
+        left = list(projs)
+        for model in models:
+            stem = Path(model.name).name.lower()  # a split model's name has no shard suffix
+            match = next((p for p in left if p.path.stem.lower() == f"mmproj-{stem}"), None)
+            if match is not None:
+                pairs[model.name] = match
+                left.remove(match)
+        unpaired = [m for m in models if m.name not in pairs]
+        if len(unpaired) == 1 and len(left) == 1:
+            pairs[unpaired[0].name] = left[0]
+    return pairs
+
+
+def subdirectory_aliases(entries: list[ModelEntry]) -> dict[str, str]:
+    """A model alone in its subdirectory (llama-server's layout for a model with its
+    projector, or a split model) is also known by the subdirectory's path."""
+    by_dir: dict[str, list[str]] = {}
+    for entry in entries:
+        if not is_projector(entry) and "/" in entry.name:
+            by_dir.setdefault(entry.name.rsplit("/", 1)[0], []).append(entry.name)
+    return {names[0]: d for d, names in by_dir.items() if len(names) == 1}
 
 
 def _from_preset(preset: PresetModel, settings: Settings) -> ModelSpec:

@@ -82,6 +82,7 @@ def model_entry(rs: RouterState, state: ModelState) -> dict[str, Any]:
         "owned_by": "llamactl",
         "aliases": list(spec.aliases),
         "status": status,
+        "capabilities": spec.serves,
         "architecture": {
             "input_modalities": spec.input_modalities,
             "output_modalities": spec.output_modalities,
