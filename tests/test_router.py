@@ -1,12 +1,15 @@
 """Router mode end to end: a router in this process, real `llamactl serve` children.
 
-The two models are the embedded SmolLM2 under two names with different settings (a preset).
-Children are started through a launcher that adds a websocket echo route to the normal app,
-so websocket proxying is tested before any real websocket route exists.
+The models are the embedded SmolLM2 under two names with different settings (a preset), and a
+tiny decision model converted by the project's converter, found in --models-dir in a
+subdirectory of its own with its projector (llama-server's layout). Children are started
+through a launcher that adds a websocket echo route to the normal app, so websocket proxying
+is tested apart from the real `/v1/realtime` route (which has its own test).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -22,8 +25,12 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from audiokit import SENTENCES, speech, to_rate, wer
+from llamactl.converters import convert
 from llamactl.server.router import create_router_app
 from serverkit import THINK_TEMPLATE, free_port, hermetic_settings
+from synthetic_checkpoints import cached
+from test_decision_engine import png_url
 from typer.testing import CliRunner
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect as ws_connect
@@ -130,10 +137,13 @@ class Router:
 
 
 @contextlib.contextmanager
-def run_router(tmp: Path, preset_extra: str = "", **overrides: Any) -> Iterator[Router]:
+def run_router(
+    tmp: Path, preset_extra: str = "", models_dir: Path | None = None, **overrides: Any
+) -> Iterator[Router]:
     overrides.setdefault("threads", 1)
     overrides["models_preset"] = str(write_preset(tmp, preset_extra))
-    app = create_router_app(hermetic_settings(overrides), launcher=LAUNCHER, load_timeout=60)
+    settings = hermetic_settings(overrides)
+    app = create_router_app(settings, models_dir=models_dir, launcher=LAUNCHER, load_timeout=60)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -155,8 +165,20 @@ def run_router(tmp: Path, preset_extra: str = "", **overrides: Any) -> Iterator[
         thread.join(timeout=30)
 
 
+def decision_models_dir(factory: pytest.TempPathFactory) -> Path:
+    """models/jev/openjev.gguf with its projector under llama-server's name for it."""
+    models = factory.mktemp("router_models")
+    (models / "jev").mkdir()
+    openjev = cached(factory, "openjev")
+    convert(openjev, models / "jev" / "openjev.gguf")
+    made = convert(openjev, models / "jev" / "openjev.gguf", mmproj=True).outfile
+    made.rename(models / "jev" / "mmproj-F16.gguf")  # not the name the model's loader seeks
+    return models
+
+
 @pytest.fixture(scope="module")
 def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
+    models = decision_models_dir(tmp_path_factory)
     broken = f"""
 [broken]
 model = "no-such-model.gguf"
@@ -165,7 +187,8 @@ model = "no-such-model.gguf"
 model = "{EMBEDDED}"
 chat_template_file = "missing.jinja"
 """
-    with run_router(tmp_path_factory.mktemp("router"), broken, models_max=2) as live:
+    tmp = tmp_path_factory.mktemp("router")
+    with run_router(tmp, broken, models, models_max=2, metrics=True) as live:
         yield live
 
 
@@ -189,12 +212,22 @@ def test_lists_every_model_with_status_and_capabilities(router: Router) -> None:
     data = httpx.get(router.url + "/v1/models").json()
     assert data["object"] == "list"
     models = {m["id"]: m for m in data["data"]}
-    assert list(models) == ["small", "think", "broken", "badtemplate"]
+    assert list(models) == ["small", "think", "broken", "badtemplate", "jev/openjev"]
     small = models["small"]
     assert small["aliases"] == ["tiny"]
     assert small["status"]["value"] in ("unloaded", "loading", "loaded")
     assert small["architecture"] == {"input_modalities": ["text"], "output_modalities": ["text"]}
+    assert small["capabilities"] == ["text", "audio_in", "audio_out"]
     assert small["meta"]["capabilities"] == ["chat"]
+    # the decision model, with the projector found beside it in its own subdirectory
+    jev = models["jev/openjev"]
+    assert jev["aliases"] == ["jev"] and jev["meta"]["source"] == "models-dir"
+    assert jev["architecture"] == {
+        "input_modalities": ["text", "image"],
+        "output_modalities": ["decisions"],
+    }
+    assert jev["capabilities"] == ["decisions", "image_in"]
+    assert "decide" in jev["meta"]["capabilities"]  # from its GGUF header
     assert small["meta"]["path"] == str(EMBEDDED)
     assert models["broken"]["meta"]["path"] is None
     assert [m["id"] for m in httpx.get(router.url + "/models").json()["data"]] == list(models)
@@ -268,6 +301,39 @@ def test_failed_loads_are_reported_with_their_reason(router: Router) -> None:
     assert status["value"] == "failed" and "missing.jinja" in status["message"]
 
 
+def test_decisions_are_routed_to_the_decision_model(router: Router) -> None:
+    body = {
+        "model": "jev",
+        "state": "I was charged twice",
+        "questions": {
+            "team": {
+                "type": "choice",
+                "instructions": "Which team?",
+                "criteria": {"billing": "Payments", "shipping": None},
+            },
+            "angry": {"type": "noul", "instructions": "Is the customer angry?"},
+        },
+    }
+    resp = httpx.post(router.url + "/v1/systemone", json=body, timeout=60)
+    assert resp.status_code == 200, resp.text
+    got = resp.json()
+    assert got["model"] == "jev/openjev"  # the alias reached the child as the model's name
+    assert list(got["answers"]) == ["team", "angry"]
+    assert sum(got["answers"]["team"]["probabilities"].values()) == pytest.approx(1, abs=1e-4)
+    # the paired projector is loaded in the child: an image adds input tokens
+    with_image = httpx.post(
+        router.url + "/v1/systemone", json={**body, "images": [png_url()]}, timeout=60
+    )
+    assert with_image.status_code == 200, with_image.text
+    assert with_image.json()["usage"]["input_tokens"] > got["usage"]["input_tokens"]
+    # a decision model's child refuses to generate text; a chat model's refuses decisions
+    resp = router.chat("jev")
+    assert resp.status_code == 501 and "/v1/systemone" in resp.json()["error"]["message"]
+    resp = httpx.post(router.url + "/v1/systemone", json={**body, "model": "tiny"}, timeout=60)
+    assert resp.status_code == 501
+    assert resp.json()["error"]["message"] == "This model is not a decision model"
+
+
 # ----------------------------------------------------------------------------- load / unload
 def test_autoload_can_be_refused_per_request_and_models_loaded_explicitly(router: Router) -> None:
     router.chat("think")
@@ -334,22 +400,41 @@ def test_stream_is_relayed_as_generated(router: Router) -> None:
     assert last - first > 0.05, f"first event only {last - first:.3f} s before the end"
 
 
-def test_client_disconnect_frees_the_model(router: Router) -> None:
+def child_metrics(port: int) -> dict[str, float]:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    rows = (line.rsplit(" ", 1) for line in text.splitlines() if line and line[0] != "#")
+    return {name: float(value) for name, value in rows}
+
+
+def test_client_disconnect_stops_the_generation_in_the_child(router: Router) -> None:
+    max_tokens = 400  # "small" has 512 positions per slot
     body = {
         "model": "small",
         "stream": True,
         "ignore_eos": True,
-        "max_tokens": 400,  # "small" has 512 positions per slot
+        "max_tokens": max_tokens,
         "messages": [{"role": "user", "content": "Go on"}],
     }
+    router.chat("small")  # loaded before its counters are read
+    port = router.models()["small"]["runtime"]["port"]
+    before = child_metrics(port)["llamactl:tokens_predicted_total"]
     with httpx.stream("POST", router.url + "/v1/chat/completions", json=body, timeout=60) as r:
         lines = r.iter_lines()
         next(lines)
         assert router.models()["small"]["runtime"]["requests"] == 1
+        assert child_metrics(port)["llamactl:requests_processing"] == 1
+    # the client is gone: the router's request ends, and so does the child's generation
     deadline = time.monotonic() + 10
-    while router.models()["small"]["runtime"]["requests"] != 0:
-        assert time.monotonic() < deadline
+    while (
+        router.models()["small"]["runtime"]["requests"]
+        or child_metrics(port)["llamactl:requests_processing"]
+    ):
+        assert time.monotonic() < deadline, "the child's slot is still busy"
         time.sleep(0.05)
+    generated = child_metrics(port)["llamactl:tokens_predicted_total"] - before
+    assert generated < max_tokens, "the child generated the whole answer for nobody"
+    time.sleep(0.3)
+    assert child_metrics(port)["llamactl:tokens_predicted_total"] - before == generated
 
 
 # ----------------------------------------------------------------------------- websockets
@@ -382,6 +467,33 @@ def test_websocket_refusals_keep_their_status(router: Router) -> None:
     with pytest.raises(InvalidStatus) as err:  # the child has no such websocket route
         ws_connect(ws_url + "/v1/nothing-here?model=small")
     assert err.value.response.status_code in (403, 404)
+
+
+def test_realtime_transcription_session_through_the_router(router: Router) -> None:
+    ws_url = router.url.replace("http://", "ws://")
+    url = ws_url + "/v1/realtime?intent=transcription&model=tiny"
+    pcm, rate = speech(SENTENCES[0], "en-us+f2")
+    pcm = to_rate(pcm, rate, 24000)
+    with ws_connect(url, open_timeout=60) as ws:
+
+        def event() -> dict[str, Any]:
+            return json.loads(ws.recv(timeout=120))
+
+        assert event()["type"] == "session.created"
+        for i in range(0, pcm.size, 4800):
+            chunk = pcm[i : i + 4800].astype("<i2").tobytes()
+            audio = base64.b64encode(chunk).decode()
+            ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+        ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        seen = [event()]
+        while seen[-1]["type"] != "conversation.item.input_audio_transcription.completed":
+            assert seen[-1]["type"] != "error", seen[-1]
+            seen.append(event())
+    types = [e["type"] for e in seen]
+    assert types.index("input_audio_buffer.committed") < len(types) - 1
+    assert wer(SENTENCES[0], seen[-1]["transcript"]) <= 0.3, seen[-1]["transcript"]
+    # the session ran in the child of the model it named
+    assert router.status("small") == "loaded"
 
 
 # ----------------------------------------------------------------------------- ps / stop
