@@ -57,17 +57,8 @@ class Response:
         reader = self._conn.reader
         try:
             if self._chunked:
-                while True:
-                    size_line = await reader.readline()
-                    if not size_line.endswith(b"\n"):
-                        raise UpstreamError("connection closed inside a chunked body")
-                    size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
-                    if size == 0:
-                        while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                            pass  # trailers
-                        break
-                    yield await reader.readexactly(size)
-                    await reader.readexactly(2)
+                async for data in _dechunk(reader):
+                    yield data
             elif self._length is not None:
                 left = self._length
                 while left > 0:
@@ -90,6 +81,40 @@ class Response:
             self._pool.put(self._conn)
         else:
             self._conn.close()
+
+
+async def _dechunk(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """A chunked body's data: one socket read per wake-up, every whole chunk in it passed on
+    at once (a token's event is one chunk; several that arrived together go out together)."""
+    buf = b""
+    pos = 0
+    while True:
+        out = []
+        while True:  # the whole chunks in buf[pos:]
+            eol = buf.find(b"\r\n", pos)
+            if eol < 0:
+                break
+            size = int(buf[pos:eol].split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                end = buf.find(b"\r\n\r\n", eol)  # the last chunk, then trailers
+                if end >= 0:
+                    if out:
+                        yield b"".join(out)
+                    return
+                break
+            start = eol + 2
+            if len(buf) < start + size + 2:
+                break
+            out.append(buf[start : start + size])
+            pos = start + size + 2
+        if out:
+            yield out[0] if len(out) == 1 else b"".join(out)
+        buf = buf[pos:]
+        pos = 0
+        data = await reader.read(_READ)
+        if not data:
+            raise UpstreamError("connection closed inside a chunked body")
+        buf += data
 
 
 class Pool:
