@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import d1, minicpm_ocr_jev, openjev
+from . import d1, h2o_lightning, minicpm_ocr_jev, openjev
 from .checkpoint import Checkpoint
 from .errors import CheckpointError, ConvertError
 from .plan import GGUFPlan, OutType
@@ -41,6 +41,12 @@ FAMILIES: tuple[Family, ...] = (
         minicpm_ocr_jev.is_minicpm_ocr_jev,
         lambda c, o, b: minicpm_ocr_jev.plan(c, o),
         minicpm_ocr_jev.plan_mmproj,
+    ),
+    Family(
+        h2o_lightning.TYPE,
+        h2o_lightning.is_h2o_lightning,
+        lambda c, o, b: h2o_lightning.plan(c, o),
+        _no_mmproj("h2o-lightning"),
     ),
     Family(
         openjev.OPENJEV,

@@ -14,6 +14,7 @@ The base model is never downloaded: `--base` names a local checkpoint directory.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import gguf
@@ -204,8 +205,13 @@ def _decision_plan(
     card: Path,
     template_ckpt: Checkpoint | None = None,
     n_embd_out: int | None = None,
+    systemone: str | None = None,
+    extra: Callable[[gguf.GGUFWriter, str], None] | None = None,
 ) -> GGUFPlan:
-    systemone = systemone_template(template_ckpt or ckpt, vocab, decision_type)
+    """`systemone` replaces the template found for the type; `extra` writes more decision
+    metadata (h2o-lightning's noul floor)."""
+    if systemone is None:
+        systemone = systemone_template(template_ckpt or ckpt, vocab, decision_type)
     arch = trunk.arch_name
 
     def write_metadata(w: gguf.GGUFWriter, out: OutType) -> None:
@@ -214,6 +220,8 @@ def _decision_plan(
         if n_embd_out is not None:
             w.add_embedding_length_out(n_embd_out)
         write_decision(w, arch, decision_type, temperatures)
+        if extra is not None:
+            extra(w, arch)
         w.add_quantization_version(gguf.GGML_QUANT_VERSION)
         write_vocab(w, vocab, templates=chat_templates(vocab, systemone))
 

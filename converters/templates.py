@@ -12,6 +12,8 @@ tokenizer_config.json) keeps it instead.
 
 from __future__ import annotations
 
+import json
+
 NL = "{{ '\\n' }}"
 
 
@@ -211,6 +213,68 @@ def minicpm_ocr_jev() -> str:
         + f"{NL}OCR text:{NL}"
         + text("state")
         + f"<|im_end|>{NL}<|im_start|>assistant{NL}"
+    )
+
+
+def _literal(s: str) -> str:
+    """Fixed text from a checkpoint's config, as a Jinja string expression."""
+    return "{{ " + json.dumps(s, ensure_ascii=False) + " }}"
+
+
+H2O_NOUL_TRUE = "the statement holds"
+H2O_NOUL_FALSE = "it does not"
+
+
+def h2o_lightning(
+    *,
+    system: str | None,
+    layout: str = "plain",
+    state_compact: bool = True,
+    prefill: str = "Answer:",
+    default_instructions: str = "Answer the question below.",
+) -> str:
+    """H2O-Lightning's prompt from its `serve_config.json`: the system prompt, the user turn in
+    the "plain" (or "markdown") layout with one `A) name: description` line per option, the
+    think block closed, then the answer prefill; the answer is one label token."""
+    if layout not in ("plain", "markdown"):
+        raise ValueError(f"layout {layout!r} is not supported (plain, markdown)")
+    dump = "separators=(',', ':')" if state_compact else "indent=1, ensure_ascii=true"
+    state = "{{ state if state is string else state | tojson(" + dump + ") }}"
+    instructions = (
+        "{% set instr = (instructions if instructions is string else "
+        "instructions | tojson(indent=1, ensure_ascii=true)).lstrip() %}"
+        "{{ instr if instr else " + json.dumps(default_instructions, ensure_ascii=False) + " }}"
+    )
+    desc = "{{ o.description if o.description is string else o.description | tojson }}"
+    option = (
+        "{{ o.label }}) {{ o.key }}: {% if type == 'noul' %}"
+        "{% if o.description is not none and o.description != '' %}" + desc + "{% elif "
+        f"o.key == 'true' %}}{H2O_NOUL_TRUE}{{% else %}}{H2O_NOUL_FALSE}{{% endif %}}"
+        "{% elif o.description is none and type == 'choice' %}{{ o.key }}"
+        "{% else %}" + desc + "{% endif %}"
+    )
+    body = "{% for o in options %}{% if not loop.first %}" + NL + "{% endif %}" + option
+    body += "{% endfor %}"
+    if layout == "plain":
+        user = f"record: {state}{NL}question: {instructions}{NL}options:{NL}{body}"
+    else:
+        user = (
+            f"### RECORD{NL}{state}{NL}{NL}### QUESTION{NL}{instructions}{NL}{NL}"
+            f"### OPTIONS{NL}{body}{NL}"
+        )
+    head = ""
+    if system and system.strip():
+        head = f"<|im_start|>system{NL}" + _literal(system.strip()) + f"<|im_end|>{NL}"
+    return (
+        head
+        + "{% set user %}"
+        + user
+        + "{% endset %}"
+        + f"<|im_start|>user{NL}"
+        + "{{ user | trim }}"
+        + f"<|im_end|>{NL}"
+        + THINK_CLOSED
+        + _literal(prefill)
     )
 
 

@@ -43,6 +43,7 @@ FAMILIES = (
     "openbmb-minicpm-ocr-jev",
     "openjev",
     "openjev-qwen3",
+    "h2o-lightning",
     "lev",
     "kev",
 )
@@ -662,6 +663,35 @@ def build_openjev(path: Path, *, bf16: bool = False, shards: int = 1, seed: int 
     return path
 
 
+H2O_SYSTEM = "You are a careful reviewer. Read the record and answer with one option label."
+H2O_TEMPERATURE = 1.5
+H2O_NOUL_FLOOR = 0.9
+
+
+def build_h2o_lightning(path: Path, *, bf16: bool = False, shards: int = 1, seed: int = 9) -> Path:
+    """H2O-Lightning: a Qwen3.5 causal LM with its serving contract in serve_config.json."""
+    build_qwen35_base(path, bf16=bf16, shards=shards, seed=seed)
+    _write_json(
+        path / "serve_config.json",
+        {
+            "model": "h2oai/H2O-Lightning-4B",
+            "temperature": H2O_TEMPERATURE,
+            "noul_floor": H2O_NOUL_FLOOR,
+            "labels": [chr(c) for c in range(ord("A"), ord("Z") + 1)],
+            "prompt": {
+                "chat_template": True,
+                "enable_thinking": False,
+                "system": H2O_SYSTEM,
+                "layout": "plain",
+                "state_compact": True,
+                "prefill": "Answer:",
+                "default_instructions": "Answer the question below.",
+            },
+        },
+    )
+    return path
+
+
 def build_openjev_qwen3(path: Path, *, bf16: bool = False, shards: int = 1, seed: int = 5) -> Path:
     """OpenJev on a Qwen3 trunk (tied embeddings, no linear attention)."""
     path.mkdir(parents=True, exist_ok=True)
@@ -881,6 +911,7 @@ BUILDERS: dict[str, Callable[..., Path]] = {
     "openbmb-minicpm-ocr-jev": build_minicpm_ocr_jev,
     "openjev": build_openjev,
     "openjev-qwen3": build_openjev_qwen3,
+    "h2o-lightning": build_h2o_lightning,
     "qwen35-base": build_qwen35_base,
     "lev": build_lev,
     "kev": build_kev,

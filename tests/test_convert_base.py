@@ -197,6 +197,7 @@ def test_bf16_sharded_input_converts_to_the_same_values(tmp_path_factory, tmp_pa
         "openbmb-minicpm-ocr-jev",
         "openjev",
         "openjev-qwen3",
+        "h2o-lightning",
         "lev",
         "kev",
     ],

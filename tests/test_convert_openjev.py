@@ -145,6 +145,54 @@ def test_openjev_on_qwen3_loads(tmp_path_factory, tmp_path):
         convert(cached(tmp_path_factory, "openjev-qwen3"), tmp_path / "q3.gguf", mmproj=True)
 
 
+# ----------------------------------------------------------------- H2O-Lightning
+def test_h2o_lightning_layout_and_contract(tmp_path_factory, out_dir):
+    src = cached(tmp_path_factory, "h2o-lightning")
+    result = convert(src, out_dir / "h2o.gguf", outtype="q8_0")
+    meta, tensors = read_gguf(result.outfile)
+    assert meta["qwen35.decision.type"] == "h2o-lightning"
+    temps = {k.rsplit(".", 1)[1]: v for k, v in meta.items() if ".decision.temperature." in k}
+    assert temps == pytest.approx({"choice": 1.5, "score": 1.5, "noul": 1.5})
+    assert meta["qwen35.decision.noul_floor"] == pytest.approx(0.9)
+    template = meta["tokenizer.chat_template.systemone"]
+    assert "record: " in template and "Answer:" in template and "the statement holds" in template
+    assert result.loads_natively and "output.weight" in tensors
+    Model(result.outfile).close()  # a plain causal LM: llama.cpp loads it as it is
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        ({"noul_floor": 0.4}, "noul_floor", "must be in (0.5, 1), or 0 (off)"),
+        ({"temperature": 0}, "temperature", "outside [0.05, 20]"),
+        ({"labels": ["1", "2"]}, "labels", "the letters A, B, C... in order"),
+        ({"prompt": {"enable_thinking": True}}, "prompt.enable_thinking", "must be false"),
+        ({"prompt": {"layout": "xml"}}, "prompt.layout", "is not plain or markdown"),
+    ],
+)
+def test_h2o_lightning_contract_mistakes_name_the_field(
+    tmp_path_factory, tmp_path, change, field, message
+):
+    src = tmp_path / "h2o"
+    shutil.copytree(cached(tmp_path_factory, "h2o-lightning"), src)
+    contract = json.loads((src / "serve_config.json").read_text())
+    (src / "serve_config.json").write_text(json.dumps(contract | change))
+    with pytest.raises(CheckpointError) as err:
+        convert(src, tmp_path / "out.gguf")
+    assert "serve_config.json" in str(err.value) and field in str(err.value)
+    assert message in str(err.value)
+    assert not (tmp_path / "out.gguf").exists()
+
+
+def test_h2o_lightning_without_a_floor_writes_none(tmp_path_factory, tmp_path):
+    src = tmp_path / "h2o"
+    shutil.copytree(cached(tmp_path_factory, "h2o-lightning"), src)
+    contract = json.loads((src / "serve_config.json").read_text())
+    (src / "serve_config.json").write_text(json.dumps(contract | {"noul_floor": 0}))
+    meta, _ = read_gguf(convert(src, tmp_path / "out.gguf").outfile)
+    assert "qwen35.decision.noul_floor" not in meta
+
+
 # --------------------------------------------------------------- MiniCPM-OCR-Jev
 def test_minicpm_ocr_jev_layout(minicpm):
     src, result = minicpm

@@ -142,3 +142,44 @@ def test_a_checkpoint_keeps_its_own_systemone_template(tmp_path_factory, tmp_pat
 def test_every_template_is_one_line(decision_type):
     # newlines are expressions, so trim_blocks / lstrip_blocks cannot change the output
     assert "\n" not in templates.builtin(decision_type)
+    assert "\n" not in templates.h2o_lightning(system="Be\nbrief", layout="markdown")
+
+
+def h2o(contract: dict | None = None, **variables) -> str:
+    source = templates.h2o_lightning(**({"system": 'Sys {{ x }} "q"'} | (contract or {})))
+    base = {"id": "q", "images": [], "state": "ticket", "instructions": "Route it"}
+    return compile_template(source).render(**(base | variables))
+
+
+TAIL = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nAnswer:"
+
+
+def test_h2o_lightning_layouts():
+    # the system text is kept verbatim, Jinja-looking parts included
+    assert h2o(type="choice", options=OPTIONS) == (
+        '<|im_start|>system\nSys {{ x }} "q"<|im_end|>\n<|im_start|>user\nrecord: ticket\n'
+        "question: Route it\noptions:\nA) billing: Money matters\nB) tech_support: tech_support"
+        + TAIL
+    )
+    # a score's levels; an object state as compact JSON; instructions that are not a string
+    got = h2o(type="score", options=SCORE, state={"a": "é", "b": [1, 2]}, instructions={"k": 1})
+    assert got.split("user\n", 1)[1] == (
+        'record: {"a":"é","b":[1,2]}\nquestion: {\n "k": 1\n}\noptions:\n'
+        "A) 0: can wait\nB) 1: today\nC) 2: right now" + TAIL
+    )
+    # noul: a missing description has the contract's default; blank instructions too
+    got = h2o(type="noul", options=NOUL, instructions="  ")
+    assert got.endswith(
+        "question: Answer the question below.\noptions:\n"
+        "A) true: It is broken\nB) false: it does not" + TAIL
+    )
+    # no system prompt, the markdown layout, an indented state, another prefill
+    contract = {"system": None, "layout": "markdown", "state_compact": False, "prefill": "Ans:"}
+    got = h2o(contract, type="choice", options=OPTIONS[:1], state={"a": "é"})
+    assert got == (
+        '<|im_start|>user\n### RECORD\n{\n "a": "\\u00e9"\n}\n\n### QUESTION\nRoute it\n\n'
+        "### OPTIONS\nA) billing: Money matters<|im_end|>\n<|im_start|>assistant\n<think>\n\n"
+        "</think>\n\nAns:"
+    )
+    with pytest.raises(ValueError, match="layout 'xml' is not supported"):
+        templates.h2o_lightning(system=None, layout="xml")

@@ -14,7 +14,14 @@ import llama_cpp
 import numpy as np
 import pytest
 from llamactl.converters import convert
-from synthetic_checkpoints import cached, read_gguf, read_tensor
+from synthetic_checkpoints import (
+    H2O_NOUL_FLOOR,
+    H2O_SYSTEM,
+    H2O_TEMPERATURE,
+    cached,
+    read_gguf,
+    read_tensor,
+)
 
 from llamactl.engine.batch import Batch
 from llamactl.engine.decision import (
@@ -29,7 +36,15 @@ from llamactl.engine.decision.trunk import trunk_dir
 from llamactl.engine.errors import ContextLengthError
 from llamactl.engine.model import Model
 
-FAMILIES = ("openjev", "lev", "kev", "openbmb-minicpm-ocr-jev", "lfm2-d1", "lfm2-d1-omni")
+FAMILIES = (
+    "openjev",
+    "lev",
+    "kev",
+    "openbmb-minicpm-ocr-jev",
+    "lfm2-d1",
+    "lfm2-d1-omni",
+    "h2o-lightning",
+)
 BODY = {
     "state": {"customer": "Bob", "issue": "charged twice", "tags": ["billing", "angry"]},
     "questions": {
@@ -193,6 +208,48 @@ def test_label_readout_matches_an_independent_decode(engines, ggufs):
     scores = [logits[g[0]] for g in task.labels.groups]
     temp = engine.dm.temperatures["choice"]
     expected = softmax(scores, temp)
+    np.testing.assert_allclose(list(got["route"]["probabilities"].values()), expected, atol=1e-5)
+
+
+def test_h2o_lightning_prompt_temperature_and_noul_floor(engines, ggufs):
+    """The shim's layout (system, plain record/question/options, compact JSON, "Answer:"
+    after a closed think block), one temperature, and a noul less sure than the floor moved
+    to the floor on its own side."""
+    engine = engines["h2o-lightning"]
+    body = {
+        "state": {"ticket": "charged twice", "plan": "pro"},
+        "questions": {
+            "route": {
+                "type": "choice",
+                "instructions": "",
+                "criteria": {"billing": "Payments", "shipping": None},
+            },
+            "angry": {"type": "noul", "instructions": "Angry?", "criteria": {"yes": "shouting"}},
+        },
+    }
+    route, angry = tasks_of(engine, body)
+    prompt = engine.dm.model.detokenize(route.units, special=True)
+    assert prompt == (
+        f"<|im_start|>system\n{H2O_SYSTEM}<|im_end|>\n<|im_start|>user\n"
+        'record: {"ticket":"charged twice","plan":"pro"}\nquestion: Answer the question below.\n'
+        "options:\nA) billing: Payments\nB) shipping: shipping<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n\n</think>\n\nAnswer:"
+    )
+    assert engine.dm.model.detokenize(angry.units, special=True).endswith(
+        "options:\nA) true: shouting\nB) false: it does not<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n\n</think>\n\nAnswer:"
+    )
+    assert engine.dm.temperatures == dict.fromkeys(("choice", "score", "noul"), H2O_TEMPERATURE)
+    assert engine.dm.noul_floor == pytest.approx(H2O_NOUL_FLOOR)  # a float32 in the GGUF
+    got = as_json(answer(engine, body))
+    logits = reference_rows(ggufs["h2o-lightning"], angry.units, hidden=False)[-1]
+    p_true = softmax([logits[g[0]] for g in angry.labels.groups], H2O_TEMPERATURE)[0]
+    assert max(p_true, 1 - p_true) < H2O_NOUL_FLOOR  # random weights: an unsure answer
+    expected = H2O_NOUL_FLOOR if p_true >= 0.5 else 1 - H2O_NOUL_FLOOR
+    assert got["angry"]["noul"] == pytest.approx(expected)
+    # a choice is not floored
+    logits = reference_rows(ggufs["h2o-lightning"], route.units, hidden=False)[-1]
+    expected = softmax([logits[g[0]] for g in route.labels.groups], H2O_TEMPERATURE)
     np.testing.assert_allclose(list(got["route"]["probabilities"].values()), expected, atol=1e-5)
 
 

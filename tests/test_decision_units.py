@@ -341,3 +341,28 @@ def test_cli_question_specs():
         "true": "very",
         "false": "calm",
     }
+
+
+# ------------------------------------------------------------------ h2o-lightning floor
+def test_noul_floor_moves_an_unsure_answer_to_the_floor_on_its_side():
+    from llamactl.engine.decision.answer import commit_noul
+
+    assert commit_noul(0.62, 0.8) == 0.8 and commit_noul(0.3, 0.8) == pytest.approx(0.2)
+    assert commit_noul(0.5, 0.8) == 0.8  # a tie goes to yes
+    assert commit_noul(0.93, 0.8) == 0.93 and commit_noul(0.05, 0.8) == 0.05  # sure enough
+    assert commit_noul(0.62, 0.0) == 0.62  # 0 is off
+
+
+@pytest.mark.parametrize("value", [0.5, 1.0, 1.2, -0.1, "high", True])
+def test_a_noul_floor_out_of_range_is_a_load_error(value):
+    from types import SimpleNamespace
+
+    from llamactl.engine.decision.loader import read_noul_floor
+
+    meta = {"qwen35.decision.noul_floor": value}
+    info = SimpleNamespace(architecture="qwen35", get=meta.get)
+    with pytest.raises(ModelLoadError, match="qwen35.decision.noul_floor must be"):
+        read_noul_floor(info)
+    ok = SimpleNamespace(architecture="qwen35", get={"qwen35.decision.noul_floor": 0.75}.get)
+    assert read_noul_floor(ok) == 0.75
+    assert read_noul_floor(SimpleNamespace(architecture="qwen35", get={}.get)) == 0.0

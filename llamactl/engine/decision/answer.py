@@ -68,21 +68,32 @@ def score_confidence(p: np.ndarray) -> float:
     return max(0.0, 1.0 - spread / uniform)
 
 
+def commit_noul(p_true: float, floor: float) -> float:
+    """H2O-Lightning's noul floor: a yes/no probability less sure than `floor` (on either
+    side) is moved to the floor on its own side, a tie to yes. The answer's side never
+    changes; a floor of 0 is off."""
+    if not floor or max(p_true, 1.0 - p_true) >= floor:
+        return p_true
+    return floor if p_true >= 0.5 else 1.0 - floor
+
+
 def format_answer(
     question: Question,
     dtype: DecisionType,
     variants: Sequence[np.ndarray],
     temperature_value: float,
+    noul_floor: float = 0.0,
 ) -> Answer:
     """`variants`: raw scores per variant, in the question's option order (variant 1 of lev
-    already un-reversed); lev's noul gives 9 rating scores instead of 2."""
+    already un-reversed); lev's noul gives 9 rating scores instead of 2. `noul_floor` is the
+    model's (h2o-lightning), applied after the temperature."""
     probs = np.mean([softmax(v, temperature_value) for v in variants], axis=0)
     if question.type == "noul":
         if dtype.noul_scale and len(probs) == dtype.noul_scale:
             rating = float(np.sum(probs * np.arange(len(probs))) / (len(probs) - 1))
             return Answer("noul", noul=rating)
         true_index = next(i for i, o in enumerate(question.options) if o.key == "true")
-        return Answer("noul", noul=float(probs[true_index]))
+        return Answer("noul", noul=commit_noul(float(probs[true_index]), noul_floor))
     keyed = {o.key: float(p) for o, p in zip(question.options, probs, strict=True)}
     if question.type == "choice":
         best = int(np.argmax(probs))  # the first of equal maxima, in option order

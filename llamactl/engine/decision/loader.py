@@ -50,6 +50,7 @@ class DecisionModel:
     trunk: TrunkCopy | None = None
     projector: Projector | None = None
     class_labels: tuple[str, ...] = ()
+    noul_floor: float = 0.0  # h2o-lightning: `{arch}.decision.noul_floor`; 0 is off
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -77,6 +78,7 @@ def load_decision_model(
     dtype = lookup(name)
     arch = info.architecture or ""
     temperatures = read_temperatures(info)
+    noul_floor = read_noul_floor(info)
     template = info.get("tokenizer.chat_template.systemone")
     if not isinstance(template, str) or not template:
         raise ModelLoadError('decision model has no "systemone" template')
@@ -84,6 +86,7 @@ def load_decision_model(
     model = Model(trunk.path if trunk else path)
     try:
         dm = _assemble(path, info, dtype, arch, model, trunk, temperatures, template)
+        dm.noul_floor = noul_floor
         if mmproj is not None:
             dm.projector = Projector(mmproj, model.handle, n_threads)
     except BaseException:
@@ -108,6 +111,19 @@ def read_temperatures(info: GGUFInfo) -> dict[str, float]:
             raise ModelLoadError(f"{key} must be a number > 0, got {value!r}")
         out[key[len(prefix) :]] = float(value)
     return out
+
+
+def read_noul_floor(info: GGUFInfo) -> float:
+    """`{arch}.decision.noul_floor`: absent or 0 is off, else in (0.5, 1)."""
+    key = f"{info.architecture}.decision.noul_floor"
+    value = info.get(key)
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ModelLoadError(f"{key} must be a number, got {value!r}")
+    if value and not 0.5 < value < 1.0:
+        raise ModelLoadError(f"{key} must be in (0.5, 1), or 0 (off); got {value!r}")
+    return float(value)
 
 
 def _trunk_for(info: GGUFInfo, dtype: DecisionType, progress: bool) -> TrunkCopy:

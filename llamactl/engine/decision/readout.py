@@ -68,5 +68,5 @@ def answers(
         t = temperature(dm.temperatures, q.type, len(q.options), dm.dtype.buckets)
         if media and dm.dtype.name == "lfm2-d1-omni":
             t = 1.0  # image and audio answers are not calibrated
-        out[q.id] = format_answer(q, dm.dtype, per_question[qi], t)
+        out[q.id] = format_answer(q, dm.dtype, per_question[qi], t, dm.noul_floor)
     return out

@@ -41,6 +41,7 @@ class DecisionType:
     takes_images: bool = True
     takes_audio: bool = False
     require_instructions: bool = False  # lev refuses empty instructions
+    noul_yes_no: bool = False  # noul criteria may say `yes` / `no` for `true` / `false`
 
 
 TYPES: dict[str, DecisionType] = {
@@ -71,8 +72,16 @@ TYPES: dict[str, DecisionType] = {
             shares_prompt=True,
             noul_true_first=False,
         ),
+        # its serving contract (serve_config.json) lists a noul as [true, false], and reads
+        # `yes` / `no` descriptions too; answers may carry a noul floor (see answer.py)
         DecisionType(
-            "h2o-lightning", "labels", "letters", 52, shares_prompt=True, noul_true_first=False
+            "h2o-lightning",
+            "labels",
+            "letters",
+            52,
+            shares_prompt=True,
+            noul_true_first=True,
+            noul_yes_no=True,
         ),
         DecisionType(
             "lfm2-d1",
@@ -105,6 +114,7 @@ TYPES: dict[str, DecisionType] = {
             escape_special=True,
             null_state=True,
             takes_audio=True,
+            noul_yes_no=True,
         ),
         DecisionType(
             "openbmb-minicpm-ocr-jev",

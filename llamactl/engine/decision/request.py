@@ -74,12 +74,13 @@ def _question(qid: str, q: Any, dtype: DecisionType, max_options: int) -> Questi
 
 
 def _noul_options(criteria: dict[str, Any], dtype: DecisionType) -> tuple[Option, ...]:
-    """`true` / `false` with their descriptions (d1-omni also reads `yes` / `no`)."""
+    """`true` / `false` with their descriptions (d1-omni and h2o-lightning also read `yes` /
+    `no`)."""
 
     def described(key: str, alias: str) -> Any:
         if key in criteria:
             return criteria[key]
-        return criteria.get(alias) if dtype.takes_audio else None
+        return criteria.get(alias) if dtype.noul_yes_no else None
 
     yes = Option("true", described("true", "yes"))
     no = Option("false", described("false", "no"))
