@@ -10,9 +10,11 @@ import zlib
 from concurrent.futures import wait
 from pathlib import Path
 
+import gguf
 import llama_cpp
 import numpy as np
 import pytest
+from audiokit import wav_bytes
 from llamactl.converters import convert
 from synthetic_checkpoints import (
     H2O_NOUL_FLOOR,
@@ -33,7 +35,7 @@ from llamactl.engine.decision import (
 )
 from llamactl.engine.decision.answer import softmax
 from llamactl.engine.decision.trunk import trunk_dir
-from llamactl.engine.errors import ContextLengthError
+from llamactl.engine.errors import ContextLengthError, ModelLoadError
 from llamactl.engine.model import Model
 
 FAMILIES = (
@@ -386,6 +388,37 @@ def test_media_the_model_cannot_take_is_not_supported(engines, ggufs, cache_home
     finally:
         bare.close()
         bare.dm.close()
+
+
+def write_mmproj(path: Path, projector_type: str) -> Path:
+    writer = gguf.GGUFWriter(path, "clip")
+    writer.add_type(gguf.GGUFType.MMPROJ)
+    writer.add_bool("clip.has_vision_encoder", True)
+    writer.add_string("clip.projector_type", projector_type)
+    writer.add_tensor("v.patch_embd.weight", np.zeros((4, 3, 2, 2), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_d1_omni_towers_do_not_run_in_the_pinned_mtmd(engines, ggufs, tmp_path):
+    """Verified against the pinned libmtmd: it answers "unknown projector type: d1omni_v"
+    (and _a). The model serves text; its media and its towers are refused by name."""
+    engine = engines["lfm2-d1-omni"]
+    wav = "data:audio/wav;base64," + base64.b64encode(wav_bytes(np.zeros(1600), 16000)).decode()
+    for media in ({"images": [png_url()]}, {"images": [wav]}):
+        with pytest.raises(DecisionNotSupportedError, match="d1omni_v / d1omni_a"):
+            engine.parse({**BODY, **media})
+    for kind in ("d1omni_v", "d1omni_a"):
+        mmproj = write_mmproj(tmp_path / f"mmproj-{kind}.gguf", kind)
+        with pytest.raises(ModelLoadError, match=f"projector type {kind}.*cannot run"):
+            load_decision_model(ggufs["lfm2-d1-omni"], mmproj=mmproj, progress=False)
+    # any other projector mtmd does not know: its failure names the type
+    mmproj = write_mmproj(tmp_path / "mmproj-other.gguf", "nosuch_v")
+    with pytest.raises(ModelLoadError, match=r"projector type nosuch_v\): the pinned llama.cpp"):
+        load_decision_model(ggufs["openjev"], mmproj=mmproj, progress=False)
 
 
 def test_a_prompt_longer_than_a_slot_fails_the_request(ggufs, cache_home):

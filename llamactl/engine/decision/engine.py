@@ -181,6 +181,12 @@ class DecisionEngine:
         if not takes:
             raise DecisionNotSupportedError(f"this model ({dtype.name}) does not take {what}")
         proj = self.dm.projector
+        if proj is None and dtype.name == "lfm2-d1-omni":
+            raise DecisionNotSupportedError(
+                f"this model ({dtype.name}) answers on text only here: its vision and audio "
+                "towers (projector types d1omni_v / d1omni_a) do not run in the pinned "
+                "llama.cpp's mtmd"
+            )
         if proj is None:
             raise DecisionNotSupportedError(
                 f"{what} need the model's mmproj, and none is loaded "

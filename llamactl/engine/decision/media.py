@@ -46,6 +46,21 @@ def _route_log() -> None:
         _log_routed = True
 
 
+# Projector types of decision towers the pinned llama.cpp's mtmd does not know (it answers
+# "unknown projector type"): d1-omni's SigLIP-style vision tower and its conformer audio tower.
+UNSUPPORTED_PROJECTORS = {
+    "d1omni_v": "d1-omni's vision tower",
+    "d1omni_a": "d1-omni's audio tower",
+}
+
+
+def projector_types(info) -> list[str]:
+    """Every projector type an mmproj header names (one file may hold vision and audio)."""
+    keys = ("clip.projector_type", "clip.vision.projector_type", "clip.audio.projector_type")
+    found = [info.get(k) for k in keys]
+    return list(dict.fromkeys(str(t).lower() for t in found if t))
+
+
 # mtmd_helper_decode_image_chunk's optional post-decode hook, passed as a NULL function pointer
 _NO_CALLBACK = ctypes.cast(None, mtmd.mtmd_helper_post_decode_callback)
 
@@ -68,6 +83,15 @@ class Projector:
         info = read_gguf_info(path)  # a wrong file is refused with a message, not an abort
         if info.model_type != "mmproj" and info.architecture != "clip":
             raise ModelLoadError(f"{path.name} is not an mmproj file")
+        types = projector_types(info)
+        unknown = [t for t in types if t in UNSUPPORTED_PROJECTORS]
+        if unknown:
+            towers = " and ".join(UNSUPPORTED_PROJECTORS[t] for t in unknown)
+            raise ModelLoadError(
+                f"{path.name} holds {towers} (projector type {', '.join(unknown)}), which the "
+                "llama.cpp that llama-cpp-python 0.3.36 builds cannot run; remove or rename "
+                "the mmproj to serve the model on text alone"
+            )
         params = mtmd.mtmd_context_params_default()
         params.use_gpu = False
         params.n_threads = n_threads
@@ -75,7 +99,12 @@ class Projector:
         params.warmup = False
         ctx = mtmd.mtmd_init_from_file(str(path).encode(), model_handle, params)
         if not ctx:
-            raise ModelLoadError(f"mtmd could not load the mmproj {path}")
+            named = f" (projector type {', '.join(types)})" if types else ""
+            raise ModelLoadError(
+                f"mtmd could not load the mmproj {path}{named}: the pinned llama.cpp does not "
+                "know its projector, or the file does not belong to this model (see the error "
+                "logged above)"
+            )
         self.path = path
         self._ctx = ctx
         self.marker = mtmd.mtmd_default_marker().decode()
