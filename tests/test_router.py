@@ -496,6 +496,19 @@ def test_realtime_transcription_session_through_the_router(router: Router) -> No
     assert router.status("small") == "loaded"
 
 
+def test_speech_is_routed_by_model(router: Router) -> None:
+    resp = httpx.post(router.url + "/tts", json={"model": "tiny", "input": "Hello"}, timeout=60)
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["content-type"] == "audio/wav" and resp.content[:4] == b"RIFF"
+    body = {"model": "tiny", "input": "Hello there", "stream": True}
+    with httpx.stream("POST", router.url + "/tts", json=body, timeout=60) as r:
+        assert r.headers["content-type"].startswith("audio/pcm")
+        assert sum(len(c) for c in r.iter_bytes()) > 1000
+    resp = httpx.post(router.url + "/tts", json={"input": "Hello"}, timeout=60)
+    assert resp.status_code == 400
+    assert resp.json()["error"]["message"] == "model name is missing from the request"
+
+
 # ----------------------------------------------------------------------------- ps / stop
 def test_ps_and_stop(router: Router) -> None:
     runner = CliRunner()
