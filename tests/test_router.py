@@ -419,8 +419,8 @@ def test_client_disconnect_stops_the_generation_in_the_child(router: Router) -> 
     port = router.models()["small"]["runtime"]["port"]
     before = child_metrics(port)["llamactl:tokens_predicted_total"]
     with httpx.stream("POST", router.url + "/v1/chat/completions", json=body, timeout=60) as r:
-        lines = r.iter_lines()
-        next(lines)
+        events = (line for line in r.iter_lines() if line.startswith("data: "))
+        next(events), next(events)  # tokens are coming: the child's slot is busy
         assert router.models()["small"]["runtime"]["requests"] == 1
         assert child_metrics(port)["llamactl:requests_processing"] == 1
     # the client is gone: the router's request ends, and so does the child's generation
