@@ -1,8 +1,9 @@
 """Hugging Face decision-model checkpoints to GGUF, in llama.cpp's own layout.
 
 `convert(src, outfile, ...)` detects the family (lfm2-d1, lfm2-d1-omni, MiniCPM-OCR-Jev, OpenJev,
-lev, kev), plans every tensor and key, and writes the file atomically. `heads` tells which
-converted files the pinned llama.cpp loads as they are and which tensors form a head it refuses.
+lev, kev, h2o-lightning), plans every tensor and key, and writes the file atomically. `heads`
+tells which converted files the pinned llama.cpp loads as they are and which tensors form a
+head it refuses.
 """
 
 from __future__ import annotations

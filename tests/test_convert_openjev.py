@@ -1,5 +1,5 @@
-"""OpenJev, lev, kev and MiniCPM-OCR-Jev (Qwen3.5 trunks): the GGUF layout, LoRA merging, heads,
-and which files the pinned llama.cpp loads as they are."""
+"""OpenJev, lev, kev, h2o-lightning and MiniCPM-OCR-Jev (Qwen3.5 trunks): the GGUF layout,
+LoRA merging, heads, and which files the pinned llama.cpp loads as they are."""
 
 from __future__ import annotations
 
