@@ -18,8 +18,8 @@ HELP = """Convert a decision-model checkpoint to GGUF, in llama.cpp's own layout
 
 SRC is a Hugging Face checkpoint directory (config.json, tokenizer.json, safetensors: bf16 and
 sharded checkpoints included; no torch needed). The family is detected from its files:
-lfm2-d1, lfm2-d1-omni, MiniCPM-OCR-Jev, OpenJev, and the lev / kev LoRA adapters, which are
-merged into the base checkpoint given with --base. The file is written atomically: an
+lfm2-d1, lfm2-d1-omni, MiniCPM-OCR-Jev, OpenJev, h2o-lightning, and the lev / kev LoRA adapters,
+which are merged into the base checkpoint given with --base. The file is written atomically: an
 interrupted conversion leaves nothing behind.
 """
 
