@@ -314,10 +314,8 @@ def test_capabilities(tmp_path: Path) -> None:
     assert _caps(tmp_path, lambda w: w.add_pooling_type(pooling.LAST), arch="qwen3") == ("embed",)
     assert _caps(tmp_path, lambda w: w.add_pooling_type(pooling.RANK), arch="bert") == ("rerank",)
     assert _caps(tmp_path, lambda w: w.add_causal_attention(False)) == ("embed",)
-    assert _caps(tmp_path, lambda w: w.add_string("decision.type", "yes_no")) == (
-        "chat",
-        "decide",
-    )
+    # a decision model decides and does not generate, as the loaded model reports it
+    assert _caps(tmp_path, lambda w: w.add_string("decision.type", "yes_no")) == ("decide",)
     assert _caps(tmp_path, lambda w: w.add_type("adapter")) == ()
     assert _caps(tmp_path, lambda w: None, tensors=False) == ()  # vocab-only file
 

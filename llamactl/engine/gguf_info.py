@@ -431,7 +431,9 @@ def _detect_capabilities(
         else:
             caps.append("chat")
     if "decision.type" in meta or f"{arch}.decision.type" in meta:
-        caps.append("decide")
+        # as the loaded model reports it (Model.info): llamactl serves a decision model's
+        # decisions and refuses to generate with it
+        caps = [c for c in caps if c != "chat"] + ["decide"]
     return tuple(caps)
 
 
