@@ -130,7 +130,8 @@ class ConversationSession(TranscriptionSession):
             models.add(session["model"])  # OpenAI's realtime model names mean this model
         self.rt.input = self.config
         new = merge(self.rt, session, names, models)
-        await self._check_voice(new.output.voice, "session.audio.output.voice")
+        if new.output.voice != self.rt.output.voice:
+            await self._check_voice(new.output.voice, "session.audio.output.voice")
         if new.input.language is not None and self._service.loaded:
             try:
                 new.input.language = self._service.transcriber.check_language(new.input.language)
@@ -444,7 +445,8 @@ class ConversationSession(TranscriptionSession):
             if not isinstance(audio, dict):
                 raise ProtocolError("response.audio must be an object", param="response.audio")
             apply_audio_output(out, audio.get("output"), "response.audio.output")
-            await self._check_voice(out.voice, "response.audio.output.voice")
+            if out.voice != self.rt.output.voice:
+                await self._check_voice(out.voice, "response.audio.output.voice")
         for key in ("tools", "tool_choice"):
             if params.get(key) not in (None, [], "auto", "none"):
                 raise ProtocolError(
