@@ -1,8 +1,8 @@
 """The llama.cpp `mtmd` TTS backend and the speech options around it.
 
 No llama.cpp TTS model (Qwen3-TTS, pocket-tts) can be fetched offline, so the backend is
-tested on its detection and refusal paths with the embedded text model and synthetic
-projectors: every way a model "cannot speak" is one clear error, a 501 on `/tts` and
+tested on its detection and refusal paths with the embedded text model, synthetic projectors
+and a tiny converted vision model that llama.cpp really loads: every way a model "cannot speak" is one clear error, a 501 on `/tts` and
 `/v1/audio/speech`, and a one-line message with exit code 1 from `llamactl tts`.
 """
 
@@ -71,6 +71,22 @@ def test_llama_cpp_refusal_is_explained(tmp_path, text_model):
     broken = _projector(tmp_path / "mmproj-tts.gguf", **{"clip.projector_type": "qwen3tts"})
     with pytest.raises(CannotSpeakError, match="llama.cpp could not load mmproj-tts.gguf"):
         open_mtmd_synthesizer(text_model, broken)
+
+
+def test_a_projector_llama_cpp_loads_but_that_cannot_speak(tmp_path_factory):
+    """The whole native path: a tiny converted LFM2 checkpoint and its vision mmproj load in
+    llama.cpp (`mtmd_init_from_file`), and `mtmd_gen_audio_get_info` reports no generator."""
+    from llamactl.converters import convert
+    from synthetic_checkpoints import cached
+
+    out = tmp_path_factory.mktemp("tts_probe")
+    src = cached(tmp_path_factory, "lfm2-d1")
+    text = convert(src, out / "d1.gguf").outfile
+    convert(src, out / "d1.gguf", mmproj=True)
+    mmproj = out / "mmproj-d1.gguf"
+    assert probe(text, mmproj).generator == ""
+    with pytest.raises(CannotSpeakError, match="found no audio generator in mmproj-d1.gguf"):
+        open_mtmd_synthesizer(text, mmproj)
 
 
 # ---------------------------------------------------------------------------- CLI
