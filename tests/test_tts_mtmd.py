@@ -2,8 +2,9 @@
 
 No llama.cpp TTS model (Qwen3-TTS, pocket-tts) can be fetched offline, so the backend is
 tested on its detection and refusal paths with the embedded text model, synthetic projectors
-and a tiny converted vision model that llama.cpp really loads: every way a model "cannot speak" is one clear error, a 501 on `/tts` and
-`/v1/audio/speech`, and a one-line message with exit code 1 from `llamactl tts`.
+and a tiny converted vision model that llama.cpp really loads: every way a model "cannot
+speak" is one clear error, a 501 on `/tts` and `/v1/audio/speech`, and a one-line message with
+exit code 1 from `llamactl tts`.
 """
 
 from __future__ import annotations
