@@ -511,3 +511,29 @@ def test_reasoning_is_not_spoken_and_can_be_ended(thinking_server):
     assert "<think>" not in transcript and "</think>" not in transcript
     assert events[-1]["response"]["status"] in ("completed", "incomplete")
     assert audio_of(everything).size > 0
+
+
+def test_created_audio_item_is_transcribed_before_the_answer(client):
+    manual(client)
+    pcm = base64.b64encode(pcm24(QUESTION).astype("<i2").tobytes()).decode()
+    client.send(
+        "conversation.item.create",
+        item={
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_audio", "audio": pcm}],
+        },
+    )
+    client.send(
+        "response.create", response={"output_modalities": ["text"], "max_output_tokens": 40}
+    )
+    events = client.until("response.done")
+    types = kinds(events)
+    assert types[:2] == ["conversation.item.added", "response.created"]
+    added = events[0]["item"]
+    assert added["content"] == [{"type": "input_audio", "transcript": None}]  # no audio echoed
+    heard = next(e for e in events if e["type"].endswith("transcription.completed"))
+    assert heard["item_id"] == added["id"] and wer(QUESTION, heard["transcript"]) <= 0.3
+    at = types.index("response.output_item.added")
+    assert types.index(heard["type"]) < at and types.index("conversation.item.done") < at
+    assert events[-1]["response"]["status"] in ("completed", "incomplete")
