@@ -150,7 +150,10 @@ def one_turn(port: int, question: np.ndarray) -> dict:
                     raise RuntimeError(event["error"]["message"])
                 elif kind == "response.done":
                     meta = event["response"].get("metadata") or {}
-                    answer = event["response"]["output"][0]["content"][0]["transcript"]
+                    output = event["response"]["output"]
+                    answer = output[0]["content"][0]["transcript"] if output else ""
+                    if "first_audio" not in marks:
+                        raise RuntimeError(f"no audio in the answer: {event['response']}")
                     break
         finally:
             stop.set()
