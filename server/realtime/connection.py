@@ -18,7 +18,7 @@ from fastapi import WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from .events import ProtocolError, event
-from .session import RealtimeSession, UnavailableSession
+from .session import RealtimeSession
 
 log = logging.getLogger("llamactl.server.realtime")
 
@@ -89,7 +89,7 @@ class Connection:
                 await asyncio.wait_for(writer, timeout=5)
 
     def _open(self, kind: str) -> None:
-        cls = session_kinds().get(kind, UnavailableSession)
+        cls = session_kinds()[kind]
         self.session = cls(self)
         self._starting = asyncio.create_task(self._start(self.session))
 
