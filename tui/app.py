@@ -375,8 +375,8 @@ class ChatApp(App[None]):
 
     def _on_AnswerDelta(self, event: ev.AnswerDelta) -> None:
         self._first("first_token")
-        if self.reasoning.state in ("streaming", "skipping"):
-            self.reasoning.mark("skipped" if self.reasoning.state == "skipping" else "done")
+        if self.reasoning.state == "streaming":
+            self.reasoning.mark("done")  # a "skipping" pane waits for the control answer
         line = self._answer_line(event)
         if line is not None:
             line.append(event.delta)
@@ -497,12 +497,12 @@ class ChatApp(App[None]):
             self.reasoning.mark("streaming")
             return
         if result.success:
-            if self.reasoning.state == "skipping" or self.reasoning.state == "done":
-                self.reasoning.mark("skipped")
+            self.reasoning.mark("skipped")
         else:
             self.notify(f"Reasoning not skipped: {result.message}", severity="warning")
             if self.reasoning.state == "skipping":
-                self.reasoning.mark("done")
+                still = self.response_id == response_id and response_id not in self._answer_lines
+                self.reasoning.mark("streaming" if still else "done")
 
     def action_toggle_vad(self) -> None:
         self.vad = not self.vad

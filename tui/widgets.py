@@ -225,12 +225,16 @@ class DevicePicker(ModalScreen[int | None]):
             label.update(Text("No input devices were found (escape closes).", style="red"))
             return
         options.add_option(Option("system default", id="-1"))
-        for dev in devices:
+        highlight = 0
+        for i, dev in enumerate(devices, start=1):
             mark = " (default)" if dev.get("is_default") else ""
-            current = " ◀ in use" if dev["index"] == self.current else ""
+            current = ""
+            if dev["index"] == self.current:
+                current, highlight = " ◀ in use", i
             options.add_option(
                 Option(f"{dev['index']}: {dev['name']}{mark}{current}", id=str(dev["index"]))
             )
+        options.highlighted = highlight
         options.focus()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
