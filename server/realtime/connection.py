@@ -27,9 +27,10 @@ MAX_EVENT_BYTES = 24 * 1024 * 1024
 
 def session_kinds() -> dict[str, type[RealtimeSession]]:
     """`session.type` -> session class. Conversation sessions ("realtime") register here."""
+    from .conversation import ConversationSession
     from .transcription import TranscriptionSession
 
-    return {"transcription": TranscriptionSession}
+    return {"transcription": TranscriptionSession, "realtime": ConversationSession}
 
 
 class Connection:
