@@ -196,7 +196,7 @@ class FakeRealtimeServer:
         for delta in script.reasoning:
             if ended.is_set():
                 break
-            await send("response.reasoning_text.delta", delta=delta, **common)
+            await send("response.reasoning.delta", response_id=rid, delta=delta)
         if script.hold_reasoning:
             await ended.wait()
         ended.set()

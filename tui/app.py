@@ -112,7 +112,8 @@ class ChatApp(App[None]):
         self.source_factory = source_factory
         self.player_factory = player_factory
         self.list_devices = list_devices
-        self.client: RealtimeClient | None = None
+        self.client: RealtimeClient | None = None  # a live session (after session.created)
+        self._conn: RealtimeClient | None = None  # the session worker's socket, live or not
         self.player: Player = Player()
         self.source: AudioSource | None = None
         self.sending = False  # mic blocks go to the server (VAD: unmuted; PTT: talking)
@@ -123,6 +124,7 @@ class ChatApp(App[None]):
         self._user_lines: dict[str, ChatLine] = {}
         self._answer_lines: dict[str, ChatLine] = {}
         self._answer_kind: dict[str, bool] = {}  # response id -> spoken transcript or text
+        self._waiting_source = False
         self._turn_end: float | None = None
         self._latency = TurnLatency()
 
@@ -168,8 +170,8 @@ class ChatApp(App[None]):
         if self.source is not None:
             self.source.stop()
         self.player.close()
-        if self.client is not None:
-            await self.client.close()
+        if self._conn is not None:
+            await self._conn.close()
 
     # ---------------------------------------------------------------- messages
     def say(self, role: str, text: str, **kwargs: Any) -> ChatLine:
@@ -202,25 +204,34 @@ class ChatApp(App[None]):
             self.error(f"{exc}. /reset tries again.")
             self.set_state("disconnected")
             return
-        self.client = client
+        self._conn = client
         try:
+            # answered after session.created; until then the session takes no other event
             await client.update_session(self._session_config())
-            if not self.model:
-                ids = await client.model_ids()
-                if ids:
-                    self.status.set(model=ids[0])
-            self.set_state(self._idle_state())
+            self.set_state("starting session")
             async for event in client.events():
+                if self.client is not client and isinstance(event, ev.SessionReady):
+                    await self._session_ready(client, event)
                 self.handle(event)
         except ConnectionClosedError as exc:
-            if self.client is client:
+            if self._conn is client:
                 self.error(f"{exc}. /reset reconnects.")
         finally:
-            if self.client is client:
-                self.client = None
+            if self._conn is client:
+                self._conn = self.client = None
                 self.response_id = None
                 self.set_state("disconnected")
             await client.close()
+
+    async def _session_ready(self, client: RealtimeClient, event: ev.SessionReady) -> None:
+        self.client = client
+        if self._waiting_source:
+            self.start_mic()
+        if not event.model and not self.model:
+            ids = await client.model_ids()
+            if ids:
+                self.status.set(model=ids[0])
+        self.set_state(self._idle_state())
 
     def _session_config(self) -> dict[str, Any]:
         return session_config(
@@ -266,6 +277,11 @@ class ChatApp(App[None]):
             self.source.stop()
             self.source = None
         source = self.source_factory(self.device)
+        if not source.live and self.client is None:
+            self._waiting_source = True  # a recording must not play into the void
+            self.mic.set(problem=None, device=source.name, active=False)
+            return
+        self._waiting_source = False
         try:
             source.start(self._block_from_thread, self._end_from_thread)
         except AudioDeviceError as exc:
@@ -414,6 +430,9 @@ class ChatApp(App[None]):
         self._turn_end = None
         self.set_state(self._idle_state())
 
+    def _on_OutputAudioCleared(self, event: ev.OutputAudioCleared) -> None:
+        self.player.clear()
+
     def _on_ItemTruncated(self, event: ev.ItemTruncated) -> None:
         self.say("system", f"Answer cut at {event.audio_end_ms or 0} ms of audio.")
 
@@ -534,7 +553,10 @@ class ChatApp(App[None]):
             self.command(text)
             return
         if self.client is None:
-            self.error("Not connected to a server: /reset reconnects.")
+            if self._conn is not None:
+                self.error("The session is still starting: try again in a moment.")
+            else:
+                self.error("Not connected to a server: /reset reconnects.")
             return
         self._barge_in()
         self.say("user", text)
@@ -568,7 +590,7 @@ class ChatApp(App[None]):
         self.history.remove_children()
         self.reasoning.start()
         self.status.set(latency=TurnLatency())
-        client, self.client = self.client, None
+        client, self.client, self._conn = self._conn, None, None
         if client is not None:
             asyncio.ensure_future(client.close())
         self.say("system", "New conversation.")

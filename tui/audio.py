@@ -44,6 +44,7 @@ class AudioSource:
 
     name = "audio"
     rate = RATE
+    live = True  # a microphone; False: a recording, started once the session can take it
 
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
@@ -117,6 +118,7 @@ class FileSource(AudioSource):
 
     def __init__(self, path: str | Path, *, speed: float = 1.0, tail_s: float = 1.0) -> None:
         super().__init__()
+        self.live = False
         self.path = Path(path)
         self.name = self.path.name
         self.speed = speed

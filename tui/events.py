@@ -2,9 +2,9 @@
 
 The wire shapes are OpenAI's GA Realtime events (openai-python `types/realtime/`); `parse`
 keeps only what a client shows or acts on, so the app never digs through raw dicts. Reasoning
-has no GA event: the Responses API names (`response.reasoning_text.delta`) are read, as is a
-`reasoning` field on an output-text delta. Anything unknown becomes `Other` (never an error:
-servers add events).
+has no GA event: llamactl sends `response.reasoning.delta` / `.done` (an extension); the
+Responses API names (`response.reasoning_text.delta`) are read too. Anything unknown becomes
+`Other` (never an error: servers add events).
 """
 
 from __future__ import annotations
@@ -148,6 +148,13 @@ class ResponseFinished:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputAudioCleared:
+    """The server dropped a response's audio (barge-in by voice): stop playing it."""
+
+    response_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class ItemTruncated:
     item_id: str | None
     audio_end_ms: int | None
@@ -189,9 +196,22 @@ ServerEvent = (
     | AudioDelta
     | AudioDone
     | ResponseFinished
+    | OutputAudioCleared
     | ItemTruncated
     | ServerError
     | Other
+)
+
+
+REASONING_DELTAS = (
+    "response.reasoning.delta",
+    "response.reasoning_text.delta",
+    "response.reasoning_summary_text.delta",
+)
+REASONING_DONES = (
+    "response.reasoning.done",
+    "response.reasoning_text.done",
+    "response.reasoning_summary_text.done",
 )
 
 
@@ -253,13 +273,11 @@ def parse(ev: dict[str, Any]) -> ServerEvent:
         return ItemAdded(_dict(ev.get("item")))
     if t == "response.created":
         return ResponseStarted(_str(_dict(ev.get("response")).get("id")) or "")
-    if t in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
+    if t in REASONING_DELTAS:
         return ReasoningDelta(rid, _str(ev.get("delta")) or "")
-    if t in ("response.reasoning_text.done", "response.reasoning_summary_text.done"):
+    if t in REASONING_DONES:
         return ReasoningDone(rid, _str(ev.get("text")) or "")
     if t == "response.output_text.delta":
-        if _str(ev.get("reasoning")):  # a server that tags reasoning on the text stream
-            return ReasoningDelta(rid, ev["reasoning"])
         return AnswerDelta(rid, iid, _str(ev.get("delta")) or "")
     if t == "response.output_audio_transcript.delta":
         return AnswerDelta(rid, iid, _str(ev.get("delta")) or "", spoken=True)
@@ -273,6 +291,8 @@ def parse(ev: dict[str, Any]) -> ServerEvent:
         return AudioDone(rid, iid)
     if t == "response.done":
         return _response_done(ev)
+    if t == "output_audio_buffer.cleared":
+        return OutputAudioCleared(rid)
     if t == "conversation.item.truncated":
         return ItemTruncated(iid, _int(ev.get("audio_end_ms")))
     if t == "error":

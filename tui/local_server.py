@@ -31,9 +31,13 @@ def log_path() -> Path:
 class LocalServer:
     """`with LocalServer(settings) as url:` serves on a free port until the block ends."""
 
-    def __init__(self, settings: Any, *, model_path: Path | None = None) -> None:
+    def __init__(
+        self, settings: Any, *, model_path: Path | None = None, log_file: Path | None = None
+    ) -> None:
         self.settings = settings
         self.model_path = model_path
+        self.log_file = Path(log_file) if log_file else log_path()
+        self._root_level: int | None = None
         self.app: Any = None
         self.url: str | None = None
         self._server: Any = None
@@ -84,7 +88,7 @@ class LocalServer:
                 pass
             if self._thread is None or not self._thread.is_alive() or time.monotonic() > deadline:
                 self.stop()
-                raise LocalServerError(f"the local server did not start (see {log_path()})")
+                raise LocalServerError(f"the local server did not start (see {self.log_file})")
             time.sleep(0.05)
 
     def stop(self) -> None:
@@ -98,17 +102,20 @@ class LocalServer:
         if thread is not None:
             thread.join(timeout=30)
         if self._handler is not None:
-            logging.getLogger().removeHandler(self._handler)
+            root = logging.getLogger()
+            root.removeHandler(self._handler)
+            if self._root_level is not None:
+                root.setLevel(self._root_level)
             self._handler.close()
             self._handler = None
 
     def _log_to_file(self) -> None:
-        path = log_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(path, encoding="utf-8")
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(self.log_file, encoding="utf-8")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root = logging.getLogger()
         root.addHandler(handler)
+        self._root_level = root.level
         if root.level == logging.NOTSET or root.level > logging.INFO:
             root.setLevel(logging.INFO)
         self._handler = handler
