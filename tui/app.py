@@ -75,7 +75,8 @@ class ChatApp(App[None]):
     #reasoning { height: auto; max-height: 14; padding: 0; margin: 0 1; border: none; }
     #reasoning Contents { max-height: 10; overflow-y: auto; padding: 0 2; }
     #mic { height: 1; padding: 0 1; }
-    #prompt { margin: 0 1; }
+    #prompt { border: tall $primary 50%; }
+    #prompt:focus { border: tall $primary; }
     """
     BINDINGS = [
         Binding("ctrl+t", "talk", "Talk/mute", priority=True),
@@ -285,7 +286,7 @@ class ChatApp(App[None]):
         try:
             source.start(self._block_from_thread, self._end_from_thread)
         except AudioDeviceError as exc:
-            self.mic.set(problem=f"no microphone: {exc}", active=False)
+            self.mic.set(problem="no microphone: type below, or f2 picks one", active=False)
             self.error(f"No microphone: {exc}. Type your messages instead; f2 picks a device.")
             self.sending = False
             return

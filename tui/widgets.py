@@ -42,7 +42,7 @@ class StatusBar(Static):
     def __init__(self, server: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.server = server
-        self.model = "…"
+        self.model = "—"
         self.state = "connecting"
         self.latency = TurnLatency()
         self.refresh_line()
@@ -59,11 +59,11 @@ class StatusBar(Static):
         line = Text.assemble(
             ("● ", dot),
             (self.model, "bold"),
-            "  ",
-            (self.state, "italic"),
-            "  │ last turn: ",
+            " · ",
+            (self.state, "bold italic"),
+            " · last turn: ",
             self.latency.describe(),
-            "  │ ",
+            " · ",
             (self.server, "dim"),
         )
         self.update(line)
@@ -120,6 +120,7 @@ class ReasoningPane(Collapsible):
         super().__init__(self.body, title="Reasoning", collapsed=True, **kwargs)
         self.text = ""
         self.state = "idle"  # idle | streaming | done | skipped | skipping
+        self._retitle()
 
     def start(self) -> None:
         self.text = ""
@@ -175,7 +176,7 @@ class MicBar(Static):
 
     def refresh_bar(self) -> None:
         if self.problem:
-            self.update(Text.assemble(("Mic: ", "bold"), (self.problem, "red"), "  · type below"))
+            self.update(Text.assemble(("Mic: ", "bold"), (self.problem, "red")))
             return
         filled = int(round(max(0.0, min(1.0, (self.db + 60) / 60)) * self.WIDTH))
         bar = Text("▕")
