@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from llamactl.engine.audio.capture import AudioDeviceError, Microphone, sounddevice_module
+from llamactl.engine.errors import LlamactlError
 
 RATE = 24000
 BLOCK_MS = 50
@@ -131,7 +132,7 @@ class FileSource(AudioSource):
 
         try:
             audio, rate = read_audio(self.path)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, LlamactlError) as exc:
             raise AudioDeviceError(f"cannot read {self.path}: {exc}") from None
         audio = resample(audio, rate, self.rate)
         tail = np.zeros(int(self.tail_s * self.rate), np.float32)

@@ -72,7 +72,7 @@ class StatusBar(Static):
 class ChatLine(Static):
     """One line of the conversation: who, and text that may still be growing."""
 
-    LABELS = {"user": "You", "assistant": "Assistant", "system": "•", "error": "Error"}
+    LABELS = {"user": "You:", "assistant": "Assistant:", "system": "·", "error": "Error:"}
 
     def __init__(self, role: str, text: str = "", *, partial: bool = False, **kwargs: Any):
         super().__init__(classes=f"line {role}", **kwargs)
@@ -97,7 +97,7 @@ class ChatLine(Static):
     def _render_line(self) -> None:
         label = self.LABELS.get(self.role, self.role)
         body = self.text or ("…" if self.partial else "")
-        line = Text.assemble((f"{label}: ", "bold"), (body, "dim" if self.partial else ""))
+        line = Text.assemble((f"{label} ", "bold"), (body, "dim" if self.partial else ""))
         if self.note:
             line.append(f"  [{self.note}]", style="italic dim")
         self.update(line)
