@@ -9,7 +9,6 @@ blocks are handed to the loop. Everything on screen is changed on the loop only.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -217,6 +216,9 @@ class ChatApp(App[None]):
         except ConnectionClosedError as exc:
             if self._conn is client:
                 self.error(f"{exc}. /reset reconnects.")
+        except Exception as exc:  # a bug or a server we do not understand: say so, keep going
+            if self._conn is client:
+                self.error(f"The session failed ({type(exc).__name__}: {exc}). /reset reconnects.")
         finally:
             if self._conn is client:
                 self._conn = self.client = None
@@ -250,8 +252,12 @@ class ChatApp(App[None]):
             client = self.client
             if client is None:
                 continue
-            with contextlib.suppress(TuiError):  # the session worker reports a lost connection
+            try:
                 await self._send_one(client, command)
+            except TuiError:
+                pass  # the session worker reports the lost connection
+            except Exception as exc:
+                self.error(f"Could not send {command[0]} ({type(exc).__name__}: {exc}).")
 
     async def _send_one(self, client: RealtimeClient, command: tuple[Any, ...]) -> None:
         kind = command[0]
