@@ -221,6 +221,40 @@ def test_escape_interrupts_and_truncates_what_was_heard(fake):
     run(scenario)
 
 
+def test_speaking_over_the_answer_stops_it_and_the_transcript_forms(fake):
+    fake.script = Script(answer=["Once upon ", "a time"], hold_answer=True, audio_ms=300)
+
+    async def scenario():
+        app = make_app(fake.url, player_factory=lambda: (HeldPlayer(), None))
+        async with app.run_test(size=SIZE) as pilot:
+            await connected(pilot)
+            await type_turn(pilot, "Tell me a story")
+            await wait_for(pilot, lambda: app.player.busy)
+            # the server's VAD hears the user: the sound stops at once
+            fake.push("input_audio_buffer.speech_started", item_id="item_u", audio_start_ms=0)
+            await wait_for(pilot, lambda: app.status.state == "hearing you")
+            assert not app.player.busy
+            heard = lines(app, "user")
+            assert heard == ["Tell me a story", ""]
+            partial = [x for x in app.query(ChatLine) if x.role == "user"][-1]
+            assert partial.partial
+            delta = "conversation.item.input_audio_transcription.delta"
+            fake.push(delta, item_id="item_u", content_index=0, delta="Stop ")
+            fake.push(delta, item_id="item_u", content_index=0, delta="please")
+            await wait_for(pilot, lambda: partial.text == "Stop please")
+            assert partial.partial
+            fake.push(
+                "conversation.item.input_audio_transcription.completed",
+                item_id="item_u",
+                content_index=0,
+                transcript="Stop please.",
+            )
+            await wait_for(pilot, lambda: not partial.partial)
+            assert partial.text == "Stop please."
+
+    run(scenario)
+
+
 def test_escape_with_nothing_playing_is_harmless(fake):
     async def scenario():
         app = make_app(fake.url)

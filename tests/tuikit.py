@@ -66,6 +66,7 @@ class FakeRealtimeServer:
         self.url = ""
         self._live: dict[str, asyncio.Event] = {}  # response id -> reasoning ended
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._send: Any = None  # the open session's sender
         self._n = 0
         self.app = Starlette(
             routes=[
@@ -81,6 +82,12 @@ class FakeRealtimeServer:
 
     def of_type(self, type_: str) -> list[dict[str, Any]]:
         return [e for e in self.received if e["type"] == type_]
+
+    def push(self, type_: str, **fields: Any) -> None:
+        """Send a server event on the open session from the test's thread (VAD, barge-in)."""
+        assert self._loop is not None and self._send is not None
+        future = asyncio.run_coroutine_threadsafe(self._send(type_, **fields), self._loop)
+        future.result(timeout=5)
 
     def finish_reasoning(self, response_id: str) -> None:
         """End a held reasoning from the test's thread, as if the model had closed it."""
@@ -124,6 +131,7 @@ class FakeRealtimeServer:
                     json.dumps({"type": type_, "event_id": self._id("ev"), **fields})
                 )
 
+        self._send = send
         await send("session.created", session={"type": "realtime", "model": MODEL})
         previous: str | None = None
         try:
