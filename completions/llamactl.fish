@@ -119,6 +119,10 @@ complete -c llamactl -n '__fish_seen_subcommand_from tts' -l voice -x -d 'Voice 
 complete -c llamactl -n '__fish_seen_subcommand_from tts' -l list-voices -d 'List the voices and exit'
 complete -c llamactl -n '__fish_seen_subcommand_from tts' -l speed -x -d 'Speaking rate, 0.25 to 4'
 complete -c llamactl -n '__fish_seen_subcommand_from tts' -l format -x -a 'wav pcm flac mp3' -d 'pcm is s16le mono; default: from -o\'s suffix, else wav'
+complete -c llamactl -n '__fish_seen_subcommand_from tts' -l speaker-ref -r -F -d 'Reference audio of the voice to clone (needs a TTS model that can clone)'
+complete -c llamactl -n '__fish_seen_subcommand_from tts' -l seed -x -d 'Sampling seed of a TTS model (eSpeak NG is deterministic and ignores it)'
+complete -c llamactl -n '__fish_seen_subcommand_from tts' -l model -r -F -d 'A llama.cpp TTS model .gguf (with --mmproj) instead of eSpeak NG'
+complete -c llamactl -n '__fish_seen_subcommand_from tts' -l mmproj -r -F -d 'The TTS model\'s mmproj (its audio generator)'
 complete -c llamactl -n '__fish_seen_subcommand_from tts' -s h -l help -d 'Show this message and exit'
 
 # llamactl tui

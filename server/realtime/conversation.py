@@ -85,6 +85,10 @@ class ConversationSession(TranscriptionSession):
         self._queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
         self._pump: asyncio.Task[None] | None = None
         self._items_by_stream: dict[int, _Item] = {}
+        self._commits_asked = 0  # manual commits sent by the client
+        self._commits_made = 0  # ... and the ones whose item exists
+        self._caught_up = asyncio.Event()
+        self._caught_up.set()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # ------------------------------------------------------------ lifecycle
@@ -102,6 +106,7 @@ class ConversationSession(TranscriptionSession):
             self._pump = asyncio.create_task(self._run_events())
 
     async def close(self) -> None:
+        self._caught_up.set()
         for response in list(self.responses):
             if response.active:
                 await response.cancel("client_cancelled")
@@ -125,7 +130,8 @@ class ConversationSession(TranscriptionSession):
             models.add(session["model"])  # OpenAI's realtime model names mean this model
         self.rt.input = self.config
         new = merge(self.rt, session, names, models)
-        await self._check_voice(new.output.voice, "session.audio.output.voice")
+        if new.output.voice != self.rt.output.voice:
+            await self._check_voice(new.output.voice, "session.audio.output.voice")
         if new.input.language is not None and self._service.loaded:
             try:
                 new.input.language = self._service.transcriber.check_language(new.input.language)
@@ -156,6 +162,9 @@ class ConversationSession(TranscriptionSession):
     async def handle(self, type_: str, client_event: dict[str, Any]) -> None:
         if type_.startswith("input_audio_buffer."):
             await super().handle(type_, client_event)
+            if type_ == "input_audio_buffer.commit":
+                self._commits_asked += 1
+                self._caught_up.clear()
             return
         handler = {
             "conversation.item.create": self._item_create,
@@ -177,6 +186,9 @@ class ConversationSession(TranscriptionSession):
                 f"{type_} before session.created: wait for session.created",
                 code="session_not_ready",
             )
+        # A commit's item appears once the stream reaches the commit; events sent after the
+        # commit (response.create above all) must see it, so they wait for it in order.
+        await self._caught_up.wait()
         await handler(client_event)
 
     # ------------------------------------------------------- conversation items
@@ -433,7 +445,8 @@ class ConversationSession(TranscriptionSession):
             if not isinstance(audio, dict):
                 raise ProtocolError("response.audio must be an object", param="response.audio")
             apply_audio_output(out, audio.get("output"), "response.audio.output")
-            await self._check_voice(out.voice, "response.audio.output.voice")
+            if out.voice != self.rt.output.voice:
+                await self._check_voice(out.voice, "response.audio.output.voice")
         for key in ("tools", "tool_choice"):
             if params.get(key) not in (None, [], "auto", "none"):
                 raise ProtocolError(
@@ -609,6 +622,10 @@ class ConversationSession(TranscriptionSession):
             item = _Item(data)
             previous = self._insert(item)
             self._previous = previous
+            if not ev.auto:
+                self._commits_made += 1
+                if self._commits_made >= self._commits_asked:
+                    self._caught_up.set()
             super()._on_event(ev)  # input_audio_buffer.committed, then any held deltas
             self.conn.send(event("conversation.item.added", previous_item_id=previous, item=data))
             self._items_by_stream[ev.item] = item
@@ -632,6 +649,8 @@ class ConversationSession(TranscriptionSession):
                         )
                     )
         elif isinstance(ev, (SpeechStopped, Final, Cleared, StreamFailed)):
+            if isinstance(ev, StreamFailed):
+                self._caught_up.set()
             super()._on_event(ev)
 
 

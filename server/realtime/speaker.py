@@ -25,8 +25,10 @@ from llamactl.engine.audio.synth import Synthesizer, as_float32
 DELTA_SECONDS = 0.2  # audio per response.output_audio.delta
 _SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*\s|\n")
 _CLAUSE_END = re.compile(r"[,;:]\s")
-_CLAUSE_MIN = 80  # cut at a comma once a sentence is this long, for an early first sound
+_CLAUSE_MIN = 80  # cut at a comma once a sentence is this long
+_FIRST_CLAUSE_MIN = 16  # ... and sooner in the first piece: the first sound comes earlier
 _HARD_MAX = 240  # cut at a space when nothing else comes
+_FIRST_HARD_MAX = 60
 _UNSPOKEN = re.compile(r"[*_#`~|<>\[\]{}]+")
 
 
@@ -54,11 +56,13 @@ class SentenceSplitter:
         m = _SENTENCE_END.search(self._buf)
         if m:
             return m.end()
-        if len(self._buf) >= _CLAUSE_MIN:
+        first = self.pos == 0
+        if len(self._buf) >= (_FIRST_CLAUSE_MIN if first else _CLAUSE_MIN):
             ends = [m.end() for m in _CLAUSE_END.finditer(self._buf)]
+            ends = [e for e in ends if not first or e >= _FIRST_CLAUSE_MIN]
             if ends:
                 return ends[-1]
-        if len(self._buf) >= _HARD_MAX:
+        if len(self._buf) >= (_FIRST_HARD_MAX if first else _HARD_MAX):
             space = self._buf.rfind(" ")
             return space + 1 if space > 0 else len(self._buf)
         return None
