@@ -195,3 +195,47 @@ def test_cli_needs_a_terminal():
     result = CliRunner().invoke(cli, ["tui", "--url", "http://127.0.0.1:9"])
     assert result.exit_code == 1
     assert "needs a terminal" in result.output
+
+
+def test_no_portaudio_means_text_answers(monkeypatch):
+    from llamactl.tui import audio
+
+    from llamactl.engine.audio.capture import PORTAUDIO_HINT, AudioDeviceError
+
+    def missing():
+        raise AudioDeviceError(PORTAUDIO_HINT)
+
+    monkeypatch.setattr(audio, "sounddevice_module", missing)
+    player, why = audio.open_player()
+    assert not player.available
+    assert why.startswith("sound output needs the PortAudio library")
+
+
+def test_sound_device_player_feeds_the_callback_and_pads_with_silence():
+    from llamactl.tui.audio import SoundDevicePlayer
+
+    class Stream:
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+            self.started = self.closed = False
+
+        def start(self):
+            self.started = True
+
+        def stop(self):
+            pass
+
+        def close(self):
+            self.closed = True
+
+    made: list[Stream] = []
+    player = SoundDevicePlayer(factory=lambda **kw: made.append(Stream(**kw)) or made[-1])
+    stream = made[0]
+    assert stream.started and stream.kwargs["samplerate"] == RATE
+    player.play("item", b"\x01\x00" * 3)
+    out = bytearray(8)
+    stream.kwargs["callback"](out, 4, None, None)
+    assert bytes(out) == b"\x01\x00" * 3 + b"\x00\x00"
+    assert player.clear() == ("item", 0)  # 3 samples at 24 kHz round down to 0 ms
+    player.close()
+    assert stream.closed

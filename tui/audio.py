@@ -256,4 +256,4 @@ def open_player(device: int | None = None) -> tuple[Player, str | None]:
     try:
         return SoundDevicePlayer(device), None
     except AudioDeviceError as exc:
-        return Player(), str(exc)
+        return Player(), str(exc).replace("microphone input needs", "sound output needs")
