@@ -95,6 +95,8 @@ def test_skip_key_ends_reasoning_of_the_live_response(fake):
             await wait_for(pilot, lambda: lines(app, "assistant") == ["Two plus two is four."])
             await wait_for(pilot, lambda: pane.state == "skipped")
             assert pane.title == "Reasoning (skipped after 5 words)"
+            answer = [x for x in app.query(ChatLine) if x.role == "assistant"][0]
+            await wait_for(pilot, lambda: answer.note == "reasoning skipped")
             assert pane.collapsed  # skipping does not open the pane
         assert fake.controls == [{"id": live, "action": "reasoning_end"}]
         assert live == "resp_" + live.split("_")[1]  # the id the server sent in response.created

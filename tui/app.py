@@ -119,6 +119,7 @@ class ChatApp(App[None]):
         self.sending = False  # mic blocks go to the server (VAD: unmuted; PTT: talking)
         self.response_id: str | None = None
         self.control_requests: list[str] = []  # response ids whose reasoning we asked to end
+        self._skipped: set[str] = set()  # ... and those whose reasoning the server ended
         self._outbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._user_lines: dict[str, ChatLine] = {}
@@ -427,7 +428,7 @@ class ChatApp(App[None]):
             if line is not None:
                 line.set_text(line.text, partial=False, note=event.status)
         elif line is not None:
-            line.set_text(line.text, partial=False)
+            line.set_text(line.text, partial=False, note=self._skip_note(key))
         if self.reasoning.state == "streaming":
             self.reasoning.mark("done")
         if event.response_id is None or event.response_id == self.response_id:
@@ -524,11 +525,18 @@ class ChatApp(App[None]):
             return
         if result.success:
             self.reasoning.mark("skipped")
+            self._skipped.add(response_id)
+            line = self._answer_lines.get(response_id)
+            if line is not None and not line.note:
+                line.set_text(line.text, note=self._skip_note(response_id))
         else:
             self.notify(f"Reasoning not skipped: {result.message}", severity="warning")
             if self.reasoning.state == "skipping":
                 still = self.response_id == response_id and response_id not in self._answer_lines
                 self.reasoning.mark("streaming" if still else "done")
+
+    def _skip_note(self, response_id: str) -> str:
+        return "reasoning skipped" if response_id in self._skipped else ""
 
     def action_toggle_vad(self) -> None:
         self.vad = not self.vad
@@ -592,6 +600,7 @@ class ChatApp(App[None]):
         self._user_lines.clear()
         self._answer_lines.clear()
         self._answer_kind.clear()
+        self._skipped.clear()
         self._turn_end = None
         self._latency = TurnLatency()
         self.history.remove_children()
