@@ -239,3 +239,16 @@ def test_sound_device_player_feeds_the_callback_and_pads_with_silence():
     assert player.clear() == ("item", 0)  # 3 samples at 24 kHz round down to 0 ms
     player.close()
     assert stream.closed
+
+
+def test_local_server_that_cannot_load_its_model_says_why(tmp_path):
+    from llamactl.tui.errors import LocalServerError
+    from llamactl.tui.local_server import LocalServer
+    from serverkit import hermetic_settings
+
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF but not really")
+    server = LocalServer(hermetic_settings({}), model_path=bad, log_file=tmp_path / "log")
+    with pytest.raises(LocalServerError, match="could not load the model"):
+        server.start(timeout=60)
+    assert server._thread is None  # stopped
