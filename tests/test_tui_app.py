@@ -393,6 +393,25 @@ def test_device_picker_switches_the_microphone(fake):
     run(scenario)
 
 
+def test_page_keys_scroll_the_history_while_typing(fake):
+    async def scenario():
+        app = make_app(fake.url)
+        async with app.run_test(size=SIZE) as pilot:
+            await connected(pilot)
+            for i in range(40):
+                app.say("system", f"note {i}")
+            await pilot.pause(0.1)
+            history = app.history
+            assert history.max_scroll_y > 0 and history.scroll_y == history.max_scroll_y
+            await pilot.press("pageup")
+            assert history.scroll_y < history.max_scroll_y
+            await pilot.press("pagedown", "pagedown")
+            assert history.scroll_y == history.max_scroll_y
+            assert app.focused is app.query_one(Input)
+
+    run(scenario)
+
+
 def test_ctrl_q_quits_and_stops_the_microphone(fake):
     async def scenario():
         app = make_app(fake.url)

@@ -85,6 +85,8 @@ class ChatApp(App[None]):
         Binding("f2", "devices", "Mic"),
         Binding("f3", "toggle_vad", "VAD/PTT"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("pageup", "history_page(-1)", "Scroll up", show=False),
+        Binding("pagedown", "history_page(1)", "Scroll down", show=False),
     ]
 
     def __init__(
@@ -502,6 +504,13 @@ class ChatApp(App[None]):
             self.set_state("interrupted")
         else:
             self.notify("Nothing to interrupt.", timeout=2)
+
+    def action_history_page(self, direction: int) -> None:
+        """Page through the conversation while the input line keeps the focus."""
+        if direction < 0:
+            self.history.scroll_page_up(animate=False)
+        else:
+            self.history.scroll_page_down(animate=False)
 
     def action_toggle_reasoning(self) -> None:
         self.reasoning.collapsed = not self.reasoning.collapsed
