@@ -393,6 +393,28 @@ def test_device_picker_switches_the_microphone(fake):
     run(scenario)
 
 
+def test_device_picker_without_portaudio_says_why(fake):
+    from textual.widgets import Label
+
+    from llamactl.engine.audio.capture import AudioDeviceError
+
+    def no_portaudio():
+        raise AudioDeviceError(PORTAUDIO_HINT)
+
+    async def scenario():
+        app = make_app(fake.url, list_devices=no_portaudio)
+        async with app.run_test(size=SIZE) as pilot:
+            await connected(pilot)
+            await pilot.press("f2")
+            await pilot.pause(0.05)
+            label = app.screen.query_one(Label)
+            assert str(label.render()).startswith("No input devices: microphone input needs")
+            await pilot.press("escape")
+            assert app.screen is app.screen_stack[0]
+
+    run(scenario)
+
+
 def test_page_keys_scroll_the_history_while_typing(fake):
     async def scenario():
         app = make_app(fake.url)
