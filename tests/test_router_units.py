@@ -262,7 +262,14 @@ def test_upstream_reads_chunked_and_sized_bodies_and_retries_stale_connections()
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             head = await reader.readuntil(b"\r\n\r\n")
             seen.append(head)
-            if b"/chunked" in head:
+            if b"/big" in head:  # one chunk of 1 MiB, sent in pieces
+                payload = bytes(range(256)) * 4096
+                data = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                data += b"3\r\nabc\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(payload), payload)
+                for i in range(0, len(data), 100_000):
+                    writer.write(data[i : i + 100_000])
+                    await writer.drain()
+            elif b"/chunked" in head:
                 # framing split anywhere across reads, a chunk extension and a trailer
                 for piece in (
                     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
@@ -285,6 +292,10 @@ def test_upstream_reads_chunked_and_sized_bodies_and_retries_stale_connections()
         assert resp.status == 200 and resp.header(b"transfer-encoding") == b"chunked"
         # whole chunks are passed on as soon as they are in; those read together, together
         assert b"".join([chunk async for chunk in resp.body()]) == b"hello world!"
+        resp.close()
+        resp = await pool.request("GET", "/big", [], b"")
+        got = b"".join([chunk async for chunk in resp.body()])
+        assert got == b"abc" + bytes(range(256)) * 4096
         resp.close()
         resp = await pool.request("POST", "/sized", [], b"{}")
         assert resp.status == 201 and b"".join([c async for c in resp.body()]) == b"{}ok"

@@ -85,32 +85,41 @@ class Response:
 
 async def _dechunk(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
     """A chunked body's data: one socket read per wake-up, every whole chunk in it passed on
-    at once (a token's event is one chunk; several that arrived together go out together)."""
-    buf = b""
-    pos = 0
+    at once (a token's event is one chunk; several that arrived together go out together).
+    A chunk larger than a read is finished with one exact read, not by growing a buffer."""
+    buf = bytearray()
     while True:
-        out = []
+        out: list[bytes] = []
+        pos = 0
         while True:  # the whole chunks in buf[pos:]
             eol = buf.find(b"\r\n", pos)
             if eol < 0:
                 break
-            size = int(buf[pos:eol].split(b";", 1)[0].strip() or b"0", 16)
+            size = int(bytes(buf[pos:eol]).split(b";", 1)[0].strip() or b"0", 16)
             if size == 0:
-                end = buf.find(b"\r\n\r\n", eol)  # the last chunk, then trailers
-                if end >= 0:
+                if buf.find(b"\r\n\r\n", eol) >= 0:  # the last chunk, then trailers
                     if out:
                         yield b"".join(out)
                     return
                 break
             start = eol + 2
-            if len(buf) < start + size + 2:
+            have = len(buf) - start
+            if have >= size + 2:
+                out.append(bytes(buf[start : start + size]))
+                pos = start + size + 2
+            elif size > _READ:
+                if out:
+                    yield b"".join(out)
+                    out = []
+                rest = await reader.readexactly(size + 2 - have)
+                yield bytes(buf[start:]) + rest[: len(rest) - 2]
+                buf.clear()
+                pos = 0
+            else:
                 break
-            out.append(buf[start : start + size])
-            pos = start + size + 2
         if out:
             yield out[0] if len(out) == 1 else b"".join(out)
-        buf = buf[pos:]
-        pos = 0
+        del buf[:pos]
         data = await reader.read(_READ)
         if not data:
             raise UpstreamError("connection closed inside a chunked body")
