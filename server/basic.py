@@ -93,6 +93,7 @@ def metrics(request: Request) -> PlainTextResponse:
         ("slots_total", "gauge", "Slots", eng.config.n_parallel),
         ("uptime_seconds", "gauge", "Seconds since the server started", uptime),
     ]
+    rows += _cache_rows(eng)
     lines = []
     for name, kind, help_text, value in rows:
         lines += [
@@ -103,3 +104,21 @@ def metrics(request: Request) -> PlainTextResponse:
     for route, count in sorted(state.metrics.http_requests.items()):
         lines.append(f'llamactl:http_requests_total{{route="{route}"}} {count}')
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+
+def _cache_rows(eng) -> list[tuple[str, str, str, float]]:
+    """The prompt cache's and checkpoints' counters (none when the cache is off)."""
+    rows: list[tuple[str, str, str, float]] = [
+        ("checkpoints_total", "counter", "Context checkpoints made", eng.stats.checkpoints_made)
+    ]
+    cache = eng.cache
+    if cache is None:
+        return rows
+    st = cache.stats
+    return rows + [
+        ("prompt_cache_entries", "gauge", "Sequence states in the RAM cache", len(cache)),
+        ("prompt_cache_bytes", "gauge", "Bytes held by the RAM prompt cache", cache.nbytes),
+        ("prompt_cache_saves_total", "counter", "States saved to the cache", st.saves),
+        ("prompt_cache_restores_total", "counter", "States restored from the cache", st.restores),
+        ("prompt_cache_evictions_total", "counter", "States evicted for room", st.evictions),
+    ]

@@ -132,5 +132,10 @@ def _default_engine(state: ServerState) -> Engine:
         kv_unified=s.kv_unified,
         flash_attn=s.flash_attn != "off",
         max_queue=s.max_queue,
+        cache_ram_mib=s.cache_ram,
+        cache_idle_slots=s.cache_idle_slots,
+        slot_prompt_similarity=s.slot_prompt_similarity,
+        ctx_checkpoints=s.ctx_checkpoints,
+        checkpoint_min_step=s.checkpoint_min_step,
     )
     return Engine(model, config)

@@ -31,6 +31,7 @@ from .errors import (
     QueueFullError,
 )
 from .model import Model
+from .prompt_cache import CacheEntry, Checkpoint, PromptCache, common_prefix, load_seq, save_seq
 from .sampling import SamplerChain, check_grammar, token_logprobs
 from .stops import StopMatcher
 from .stream import GenerationStream
@@ -63,6 +64,12 @@ class EngineConfig:
     flash_attn: bool = True
     max_queue: int = 0  # waiting requests beyond the slots; 0: unbounded
     cache_prompt: bool = True  # reuse a slot's KV prefix for a new prompt
+    # RAM prompt cache in MiB: -1 no limit, 0 off; None: 8192, but off for decision models
+    cache_ram_mib: int | None = None
+    cache_idle_slots: bool = True  # save an idle slot's KV before a new request takes it
+    slot_prompt_similarity: float = 0.10  # prefer the idle slot sharing this much of a prompt
+    ctx_checkpoints: int = 32  # checkpoints per slot, for models that cannot trim their memory
+    checkpoint_min_step: int = 8192  # tokens between checkpoints (the last user message aside)
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,9 @@ class GenerationRequest:
     ignore_eos: bool = False
     cache_prompt: bool = True
     reasoning: ReasoningSpec | None = None
+    # where user messages start in `prompt` (from the chat template's delimiters): the
+    # engine checkpoints there on models that cannot trim their memory
+    user_starts: tuple[int, ...] = ()
 
 
 SlotState = Literal["idle", "waiting_parent", "prompt", "generating"]
@@ -102,6 +112,8 @@ class _Slot:
         self.seq_id = seq_id
         self.state: SlotState = "idle"
         self.kv_tokens: list[int] = []  # exactly what the KV cache holds for this sequence
+        self.checkpoints: list[Checkpoint] = []  # partial states, oldest first
+        self.saveable = False  # the KV is a finished completion's, not yet offered to the cache
         self.last_used = 0.0
         self._reset_job()
 
@@ -111,6 +123,7 @@ class _Slot:
         self.index = 0
         self.children: list[_Slot] = []
         self.prompt_pos = 0  # next prompt token to decode
+        self.checkpoint_at: list[int] = []  # prompt positions to checkpoint at, ascending
         self.pending: int | None = None  # sampled, not yet decoded
         self.sampler: SamplerChain | None = None
         # Without the grammar: used while the model reasons, so a JSON grammar constrains only
@@ -178,7 +191,14 @@ class Engine:
         self.n_ctx = llama_cpp.llama_n_ctx(ctx)
         self.n_ctx_slot = llama_cpp.llama_n_ctx_seq(ctx)
         self.n_batch = llama_cpp.llama_n_batch(ctx)
-        self._can_trim = not (model.info.is_recurrent or model.info.is_hybrid)
+        swa = llama_cpp.llama_model_n_swa(model.handle) > 0
+        self._can_trim = not (model.info.is_recurrent or model.info.is_hybrid or swa)
+        self._checkpoints = not self._can_trim and config.ctx_checkpoints > 0
+        cache_mib = config.cache_ram_mib
+        if cache_mib is None:  # decision states seldom repeat: off unless asked for
+            cache_mib = 0 if "decide" in model.info.capabilities else 8192
+        layout = (str(model.path), self.n_ctx_slot, config.kv_unified, config.flash_attn)
+        self.cache = PromptCache(cache_mib, layout) if cache_mib != 0 else None
         self._batch = Batch(self.n_batch)
         self._slots = [_Slot(i) for i in range(config.n_parallel)]
         self._queue: deque[tuple[GenerationStream, GenerationRequest]] = deque()
@@ -375,21 +395,28 @@ class Engine:
                 stream._push(exc if isinstance(exc, LlamactlError) else LlamactlError(str(exc)))
 
     def _pick_slot(self, prompt: list[int], use_cache: bool) -> tuple[_Slot, int]:
-        """The free slot whose KV shares the longest prefix with `prompt`, else the LRU one."""
+        """The free slot sharing the largest share of `prompt` (above the similarity
+        threshold), else the least recently used one."""
         free = [s for s in self._slots if not s.busy]
         best, best_lcp = None, 0
-        if use_cache:
+        threshold = self.config.slot_prompt_similarity
+        if use_cache and threshold > 0:
             for s in free:
-                lcp = _common_prefix(s.kv_tokens, prompt)
-                if lcp > best_lcp:
+                lcp = common_prefix(s.kv_tokens, prompt)
+                if lcp > best_lcp and lcp / len(prompt) > threshold:
                     best, best_lcp = s, lcp
         if best is None:
             best = min(free, key=lambda s: s.last_used)
+            best_lcp = common_prefix(best.kv_tokens, prompt) if use_cache else 0
         return best, best_lcp
 
     def _start(self, stream: GenerationStream, req: GenerationRequest) -> None:
         use_cache = self.config.cache_prompt and req.cache_prompt
         parent, lcp = self._pick_slot(req.prompt, use_cache)
+        if self.cache is not None:
+            self._offer_to_cache(parent, lcp)
+            if use_cache:
+                lcp = self._restore_from_cache(parent, req.prompt, lcp)
         keep = self._reuse_prefix(parent, req.prompt, lcp if use_cache else 0)
         now = time.perf_counter()
         slots = [parent]
@@ -397,8 +424,16 @@ class Engine:
             child = min(
                 (s for s in self._slots if not s.busy and s not in slots), key=lambda s: s.last_used
             )
+            if self.cache is not None:
+                self._offer_to_cache(child, 0)
             self._clear_kv(child)
             slots.append(child)
+        if self.cache is not None and self.config.kv_unified and self.config.cache_idle_slots:
+            # one KV buffer for all: idle slots go to the cache, freeing cells for this task
+            for s in self._slots:
+                if not s.busy and s not in slots and s.kv_tokens:
+                    self._offer_to_cache(s, 0)
+                    self._clear_kv(s)
         try:
             for i, slot in enumerate(slots):
                 sampling = req.sampling
@@ -420,15 +455,90 @@ class Engine:
             slot.stops = StopMatcher(req.stop)
             slot.t_start = now
             slot.cached = keep
+            slot.saveable = False
             slot.in_reasoning = req.reasoning is not None and req.reasoning.open
             if slot.in_reasoning and req.reasoning.budget == 0:
                 self._force_reasoning_end(slot)
             slot.state = "waiting_parent" if i else "prompt"
         parent.children = slots[1:]
         parent.prompt_pos = keep
+        if self._checkpoints:
+            parent.checkpoint_at = self._checkpoint_positions(parent, req, keep)
         stream.cached_tokens = keep
         stream.admitted.set()
         self.stats.prompt_tokens_cached += keep
+
+    # ------------------------------------------------------------ prompt cache
+    def _offer_to_cache(self, slot: _Slot, lcp: int) -> None:
+        """Save a finished completion's KV before a new request overwrites it (once)."""
+        if not slot.saveable or not slot.kv_tokens:
+            return
+        n = len(slot.kv_tokens)
+        if lcp >= n:  # the new prompt extends it: nothing is lost
+            return
+        if not self.config.cache_idle_slots and lcp / n >= 0.5:
+            return
+        slot.saveable = False
+        if self.cache.contains(slot.kv_tokens):
+            return
+        state = save_seq(self._ctx, slot.seq_id)
+        if state is None:
+            return
+        entry = CacheEntry(list(slot.kv_tokens), state, self.cache.layout, list(slot.checkpoints))
+        if self.cache.add(entry):
+            log.debug("prompt cache: saved %d tokens of slot %d", n, slot.seq_id)
+
+    def _restore_from_cache(self, slot: _Slot, prompt: list[int], lcp: int) -> int:
+        """Load the cached state that serves `prompt` better than the slot's own KV;
+        return the new common prefix."""
+        entry = self.cache.take(prompt, lcp, len(slot.kv_tokens))
+        if entry is None:
+            return lcp
+        self._clear_kv(slot)
+        if not load_seq(self._ctx, slot.seq_id, entry.state):
+            log.warning("prompt cache: llama.cpp refused a saved state; decoding instead")
+            self._clear_kv(slot)
+            return 0
+        slot.kv_tokens = list(entry.tokens)
+        slot.checkpoints = list(entry.checkpoints)
+        lcp = common_prefix(entry.tokens, prompt)
+        self.cache.stats.tokens_restored += lcp
+        log.debug("prompt cache: restored %d tokens into slot %d", len(entry.tokens), slot.seq_id)
+        return lcp
+
+    # ------------------------------------------------------------ checkpoints
+    def _checkpoint_positions(self, slot: _Slot, req: GenerationRequest, keep: int) -> list[int]:
+        """Where to stop prompt chunks and checkpoint: before the last user message, before
+        earlier ones `checkpoint_min_step` apart, and 4 tokens before the prompt's end."""
+        n = len(req.prompt)
+        step = self.config.checkpoint_min_step
+        last = slot.checkpoints[-1].n_tokens if slot.checkpoints else None
+        starts = [p for p in req.user_starts if 0 < p < n]
+        out: list[int] = []
+        for p in starts:
+            if p <= keep:
+                continue
+            if p == starts[-1] or last is None or p - last >= step:
+                out.append(p)
+                last = p
+        near_end = n - 4
+        if near_end > keep and near_end > (out[-1] if out else 0):
+            out.append(near_end)
+        return out
+
+    def _make_checkpoint(self, slot: _Slot) -> None:
+        n = len(slot.kv_tokens)
+        if any(c.n_tokens == n for c in slot.checkpoints):
+            return
+        if llama_cpp.llama_memory_seq_pos_min(self._mem, slot.seq_id) < 0:
+            return
+        data = save_seq(self._ctx, slot.seq_id, partial=True)
+        if data is None:
+            return
+        while len(slot.checkpoints) >= self.config.ctx_checkpoints:
+            slot.checkpoints.pop(0)
+        slot.checkpoints.append(Checkpoint(n, data))
+        self.stats.checkpoints_made += 1
 
     def _piece_fn(self, special: bool) -> Callable[[int], bytes]:
         model = self.model
@@ -444,18 +554,35 @@ class Engine:
             self._clear_kv(slot)
             return 0
         if keep < len(slot.kv_tokens):
-            trimmed = self._can_trim and llama_cpp.llama_memory_seq_rm(
-                self._mem, slot.seq_id, keep, -1
-            )
-            if not trimmed:  # recurrent state cannot be rolled back
+            if not self._can_trim:  # roll the recurrent state back to a checkpoint
+                keep = self._rollback(slot, keep)
+                if keep == 0:
+                    return 0
+            elif not llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, keep, -1):
                 self._clear_kv(slot)
                 return 0
             del slot.kv_tokens[keep:]
         return keep
 
+    def _rollback(self, slot: _Slot, keep: int) -> int:
+        """Restore the latest checkpoint at or before `keep` and trim the attention KV after
+        it; return the tokens kept (0: the slot was cleared)."""
+        usable = [c for c in slot.checkpoints if 0 < c.n_tokens <= keep]
+        if usable:
+            cp = usable[-1]
+            if load_seq(self._ctx, slot.seq_id, cp.data, partial=True) and (
+                llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, cp.n_tokens, -1)
+            ):
+                slot.checkpoints = [c for c in slot.checkpoints if c.n_tokens <= cp.n_tokens]
+                return cp.n_tokens
+        self._clear_kv(slot)
+        return 0
+
     def _clear_kv(self, slot: _Slot) -> None:
         llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
         slot.kv_tokens = []
+        slot.checkpoints = []
+        slot.saveable = False
 
     # ------------------------------------------------------------ one step
     def _step(self) -> None:
@@ -476,7 +603,14 @@ class Engine:
             if room <= 0:
                 break
             prompt = slot.request.prompt
-            take = min(room, len(prompt) - slot.prompt_pos)
+            end = len(prompt)
+            if slot.checkpoint_at:  # chunks end at checkpoints, taken between steps
+                while slot.checkpoint_at and slot.checkpoint_at[0] <= slot.prompt_pos:
+                    if slot.checkpoint_at.pop(0) == slot.prompt_pos:
+                        self._make_checkpoint(slot)
+                if slot.checkpoint_at:
+                    end = slot.checkpoint_at[0]
+            take = min(room, end - slot.prompt_pos)
             for k in range(take):
                 pos = slot.prompt_pos + k
                 last = pos == len(prompt) - 1
@@ -610,8 +744,10 @@ class Engine:
             usage = Usage(len(req.prompt), slot.cached, len(slot.generated), slot.reasoning_tokens)
             done = Done(reason, usage, timings, stop, tuple(slot.generated), index)
         slot.free_samplers()
-        if slot.state == "waiting_parent":
-            self._clear_kv(slot)
+        if index > 0 or slot.state == "waiting_parent":
+            self._clear_kv(slot)  # children share their parent's prompt: never cached
+        else:
+            slot.saveable = self.cache is not None and req is not None and req.cache_prompt
         slot.last_used = now
         slot._reset_job()
         slot.state = "idle"
@@ -654,14 +790,7 @@ class EngineStats:
     prompt_tokens_cached: int = 0
     decode_calls: int = 0
     decode_seconds: float = 0.0
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    checkpoints_made: int = 0
 
 
 def _with_seed(params: SamplingParams, seed: int) -> SamplingParams:
