@@ -31,7 +31,7 @@ _llamactl() {
             "llamactl tts") path="$path $w" ;;
         esac
         case "$path:$w" in
-            "llamactl chat:--model"|"llamactl chat:-m"|"llamactl chat:--system"|"llamactl chat:-s"|"llamactl chat:--ctx-size"|"llamactl chat:--threads"|"llamactl chat:--temperature"|"llamactl chat:-t"|"llamactl chat:--top-p"|"llamactl chat:--top-k"|"llamactl chat:--seed"|"llamactl chat:--max-tokens"|"llamactl chat:-n"|"llamactl convert:--outfile"|"llamactl convert:-o"|"llamactl convert:--outtype"|"llamactl convert:--base"|"llamactl models:--models-dir"|"llamactl ps:--url"|"llamactl ps:--api-key"|"llamactl score:--model"|"llamactl score:-m"|"llamactl score:--state"|"llamactl score:-s"|"llamactl score:--question"|"llamactl score:-q"|"llamactl score:--image"|"llamactl score:-i"|"llamactl score:--request"|"llamactl score:-r"|"llamactl score:--mmproj"|"llamactl score:--threads"|"llamactl score:--parallel"|"llamactl score:--url"|"llamactl serve:--model"|"llamactl serve:-m"|"llamactl serve:--alias"|"llamactl serve:-a"|"llamactl serve:--host"|"llamactl serve:--port"|"llamactl serve:--parallel"|"llamactl serve:-np"|"llamactl serve:--ctx-size"|"llamactl serve:-c"|"llamactl serve:--threads"|"llamactl serve:-t"|"llamactl serve:--batch-size"|"llamactl serve:-b"|"llamactl serve:--chat-template-file"|"llamactl serve:--api-key"|"llamactl serve:--api-key-file"|"llamactl serve:--sse-ping-interval"|"llamactl serve:--max-queue"|"llamactl serve:--models-dir"|"llamactl serve:--models-preset"|"llamactl serve:--models-max"|"llamactl serve:--sleep-idle-seconds"|"llamactl serve:--log-level"|"llamactl stop:--url"|"llamactl stop:--api-key"|"llamactl transcribe:--device"|"llamactl transcribe:--rate"|"llamactl transcribe:--model"|"llamactl transcribe:-m"|"llamactl transcribe:--language"|"llamactl transcribe:-l"|"llamactl transcribe:--threads"|"llamactl transcribe:-t"|"llamactl transcribe:--url"|"llamactl transcribe:--api-key"|"llamactl tts:--output"|"llamactl tts:-o"|"llamactl tts:--voice"|"llamactl tts:--speed"|"llamactl tts:--format") skip=1 ;;
+            "llamactl chat:--model"|"llamactl chat:-m"|"llamactl chat:--system"|"llamactl chat:-s"|"llamactl chat:--ctx-size"|"llamactl chat:--threads"|"llamactl chat:--temperature"|"llamactl chat:-t"|"llamactl chat:--top-p"|"llamactl chat:--top-k"|"llamactl chat:--seed"|"llamactl chat:--max-tokens"|"llamactl chat:-n"|"llamactl convert:--outfile"|"llamactl convert:-o"|"llamactl convert:--outtype"|"llamactl convert:--base"|"llamactl models:--models-dir"|"llamactl ps:--url"|"llamactl ps:--api-key"|"llamactl score:--model"|"llamactl score:-m"|"llamactl score:--state"|"llamactl score:-s"|"llamactl score:--question"|"llamactl score:-q"|"llamactl score:--image"|"llamactl score:-i"|"llamactl score:--request"|"llamactl score:-r"|"llamactl score:--mmproj"|"llamactl score:--threads"|"llamactl score:--parallel"|"llamactl score:--url"|"llamactl serve:--model"|"llamactl serve:-m"|"llamactl serve:--alias"|"llamactl serve:-a"|"llamactl serve:--host"|"llamactl serve:--port"|"llamactl serve:--parallel"|"llamactl serve:-np"|"llamactl serve:--ctx-size"|"llamactl serve:-c"|"llamactl serve:--threads"|"llamactl serve:-t"|"llamactl serve:--batch-size"|"llamactl serve:-b"|"llamactl serve:--cache-ram"|"llamactl serve:-cram"|"llamactl serve:--slot-prompt-similarity"|"llamactl serve:-sps"|"llamactl serve:--ctx-checkpoints"|"llamactl serve:-ctxcp"|"llamactl serve:--checkpoint-min-step"|"llamactl serve:-cms"|"llamactl serve:--spec-type"|"llamactl serve:--model-draft"|"llamactl serve:-md"|"llamactl serve:--spec-draft-n-max"|"llamactl serve:--spec-draft-n-min"|"llamactl serve:--spec-draft-p-min"|"llamactl serve:--chat-template-file"|"llamactl serve:--api-key"|"llamactl serve:--api-key-file"|"llamactl serve:--sse-ping-interval"|"llamactl serve:--max-queue"|"llamactl serve:--models-dir"|"llamactl serve:--models-preset"|"llamactl serve:--models-max"|"llamactl serve:--sleep-idle-seconds"|"llamactl serve:--log-level"|"llamactl stop:--url"|"llamactl stop:--api-key"|"llamactl transcribe:--device"|"llamactl transcribe:--rate"|"llamactl transcribe:--model"|"llamactl transcribe:-m"|"llamactl transcribe:--language"|"llamactl transcribe:-l"|"llamactl transcribe:--threads"|"llamactl transcribe:-t"|"llamactl transcribe:--url"|"llamactl transcribe:--api-key"|"llamactl tts:--output"|"llamactl tts:-o"|"llamactl tts:--voice"|"llamactl tts:--speed"|"llamactl tts:--format") skip=1 ;;
         esac
     done
     # --option=value arrives as three words: --option, =, value
@@ -138,6 +138,33 @@ _llamactl() {
         "llamactl serve:--batch-size"|"llamactl serve:-b")
             COMPREPLY=()
             return ;;
+        "llamactl serve:--cache-ram"|"llamactl serve:-cram")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--slot-prompt-similarity"|"llamactl serve:-sps")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--ctx-checkpoints"|"llamactl serve:-ctxcp")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--checkpoint-min-step"|"llamactl serve:-cms")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--spec-type")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--model-draft"|"llamactl serve:-md")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--spec-draft-n-max")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--spec-draft-n-min")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--spec-draft-p-min")
+            COMPREPLY=()
+            return ;;
         "llamactl serve:--chat-template-file")
             _llamactl_files -f "$cur"
             return ;;
@@ -234,7 +261,7 @@ _llamactl() {
             subs=""
             args=none ;;
         "llamactl serve")
-            opts="--model -m --alias -a --host --port --parallel -np --ctx-size -c --threads -t --batch-size -b --kv-unified --no-kv-unified --chat-template-file --api-key --api-key-file --sse-ping-interval --max-queue --metrics --models-dir --models-preset --models-max --models-autoload --no-models-autoload --sleep-idle-seconds --log-level --help -h"
+            opts="--model -m --alias -a --host --port --parallel -np --ctx-size -c --threads -t --batch-size -b --kv-unified --no-kv-unified --cache-ram -cram --cache-idle-slots --no-cache-idle-slots --slot-prompt-similarity -sps --ctx-checkpoints -ctxcp --checkpoint-min-step -cms --spec-type --model-draft -md --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min --chat-template-file --api-key --api-key-file --sse-ping-interval --max-queue --metrics --models-dir --models-preset --models-max --models-autoload --no-models-autoload --sleep-idle-seconds --log-level --help -h"
             subs=""
             args=none ;;
         "llamactl stop")

@@ -311,6 +311,13 @@ def serve_command(
     if models_dir is not None or settings.models_preset is not None:
         _serve_router(settings, models_dir is not None, log_level)
         return
+    from llamactl.engine.errors import InvalidRequestError
+    from llamactl.engine.speculative import parse_spec_types
+
+    try:
+        parse_spec_types(settings.spec_type)
+    except InvalidRequestError as e:
+        raise typer.BadParameter(str(e), param_hint="--spec-type") from None
     resolved = resolve_model(settings)
     settings.resolved_api_keys()  # a missing key file is an error now, not at the first request
     app = create_app(settings, model_path=resolved.path)

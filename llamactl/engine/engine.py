@@ -33,6 +33,14 @@ from .errors import (
 from .model import Model
 from .prompt_cache import CacheEntry, Checkpoint, PromptCache, common_prefix, load_seq, save_seq
 from .sampling import SamplerChain, check_grammar, token_logprobs
+from .speculative import (
+    DraftModel,
+    NgramCache,
+    NgramSimple,
+    SeqState,
+    Speculator,
+    parse_spec_types,
+)
 from .stops import StopMatcher
 from .stream import GenerationStream
 from .types import Done, FinishReason, SamplingParams, TextDelta, Timings, Usage
@@ -40,6 +48,9 @@ from .types import Done, FinishReason, SamplingParams, TextDelta, Timings, Usage
 log = logging.getLogger("llamactl.engine")
 
 DEFAULT_SLOT_CTX = 4096
+# Rows of one sequence in a ubatch from which ggml's CPU flash attention switches to another
+# kernel (measured: 63 rows give the logits of 63 single-row decodes, 64 do not).
+EXACT_PIECE = 64
 
 
 def physical_cores() -> int:
@@ -70,6 +81,11 @@ class EngineConfig:
     slot_prompt_similarity: float = 0.10  # prefer the idle slot sharing this much of a prompt
     ctx_checkpoints: int = 32  # checkpoints per slot, for models that cannot trim their memory
     checkpoint_min_step: int = 8192  # tokens between checkpoints (the last user message aside)
+    spec_types: tuple[str, ...] = ()  # speculators: ngram-simple, ngram-cache, draft-simple
+    model_draft: str | os.PathLike[str] | None = None  # GGUF of the draft-simple model
+    spec_draft_n_max: int = 3
+    spec_draft_n_min: int = 0
+    spec_draft_p_min: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -138,6 +154,9 @@ class _Slot:
         self.in_reasoning = False
         self.reasoning_tokens = 0
         self.marker_tail = ""  # recent text, to spot reasoning markers split over tokens
+        self.spec = SeqState()
+        self.draft_n = 0
+        self.draft_accepted = 0
 
     @property
     def busy(self) -> bool:
@@ -199,6 +218,12 @@ class Engine:
             cache_mib = 0 if "decide" in model.info.capabilities else 8192
         layout = (str(model.path), self.n_ctx_slot, config.kv_unified, config.flash_attn)
         self.cache = PromptCache(cache_mib, layout) if cache_mib != 0 else None
+        self._draft_model: Model | None = None
+        try:
+            self.speculators: list[Speculator] = self._make_speculators(config, threads)
+        except BaseException:
+            llama_cpp.llama_free(ctx)
+            raise
         self._batch = Batch(self.n_batch)
         self._slots = [_Slot(i) for i in range(config.n_parallel)]
         self._queue: deque[tuple[GenerationStream, GenerationRequest]] = deque()
@@ -209,6 +234,42 @@ class Engine:
         self.stats = EngineStats()
         self._thread = threading.Thread(target=self._run, name="llamactl-decode", daemon=True)
         self._thread.start()
+
+    def _make_speculators(self, config: EngineConfig, threads: int) -> list[Speculator]:
+        types = parse_spec_types(config.spec_types)
+        if config.model_draft is not None and not types:
+            types = ("draft-simple",)
+        if types and not self._can_trim:
+            log.warning("speculative decoding is off: %s cannot trim its memory", self.model.path)
+            return []
+        if not 1 <= config.spec_draft_n_max <= 48:  # a draft and its row stay under 64
+            raise InvalidRequestError("spec_draft_n_max must be between 1 and 48")
+        out: list[Speculator] = []
+        for name in types:
+            if name == "ngram-simple":
+                out.append(NgramSimple())
+            elif name == "ngram-cache":
+                out.append(NgramCache())
+            else:
+                if config.model_draft is None:
+                    raise InvalidRequestError("draft-simple needs a draft model (--model-draft)")
+                self._draft_model = Model(config.model_draft)
+                try:
+                    out.append(
+                        DraftModel(
+                            self._draft_model,
+                            self.model,
+                            config.n_parallel,
+                            self.n_ctx_slot,
+                            self.n_batch,
+                            threads,
+                            config.spec_draft_p_min,
+                        )
+                    )
+                except BaseException:
+                    self._draft_model.close()
+                    raise
+        return out
 
     # ================================================================ public API
     def submit(self, request: GenerationRequest) -> GenerationStream:
@@ -282,6 +343,11 @@ class Engine:
         for slot in self._slots:
             slot.free_samplers()
         self._batch.free()
+        for spec in self.speculators:
+            if isinstance(spec, DraftModel):
+                spec.close()
+        if self._draft_model is not None:
+            self._draft_model.close()
         llama_cpp.llama_free(self._ctx)
         self._ctx = None
 
@@ -586,44 +652,89 @@ class Engine:
 
     # ------------------------------------------------------------ one step
     def _step(self) -> None:
+        """One step: every generating slot's token (and draft) plus small prompt chunks in
+        one batch, then at most one large prompt chunk decoded on its own."""
         batch = self._batch
         batch.clear()
         sample_rows: list[tuple[_Slot, int]] = []
-        # 1. one token for every generating slot (they were admitted first)
+        # 1. one token for every generating slot (they were admitted first), and its draft
+        drafts = self._drafts() if self.speculators else {}
+        verify: list[tuple[_Slot, list[int], list[int], Speculator]] = []
         for slot in self._slots:
             if slot.state == "generating" and slot.pending is not None:
-                row = batch.add(slot.pending, len(slot.kv_tokens), slot.seq_id, True)
-                sample_rows.append((slot, row))
-        # 2. prompt chunks, oldest request first, while the batch has room
+                base = len(slot.kv_tokens)
+                row = batch.add(slot.pending, base, slot.seq_id, True)
+                if slot.seq_id in drafts:
+                    spec, draft = drafts[slot.seq_id]
+                    rows = [row]
+                    for k, token in enumerate(draft):
+                        rows.append(batch.add(token, base + 1 + k, slot.seq_id, True))
+                    verify.append((slot, rows, draft, spec))
+                else:
+                    sample_rows.append((slot, row))
+        # 2. prompt chunks, oldest request first, while the batch has room. ggml's CPU flash
+        # attention computes a sequence's rows differently once a ubatch holds EXACT_PIECE or
+        # more of them, and llama.cpp splits a batch so that each sequence has as many rows as
+        # the others in a ubatch. A chunk that large is therefore decoded alone and whole, at
+        # the same boundaries whatever else runs: outputs never depend on the company.
         prompt_chunks: list[tuple[_Slot, int]] = []
+        big: tuple[_Slot, int] | None = None
         for slot in sorted(
             (s for s in self._slots if s.state == "prompt"), key=lambda s: s.t_start
         ):
-            room = batch.free_rows
-            if room <= 0:
-                break
-            prompt = slot.request.prompt
-            end = len(prompt)
-            if slot.checkpoint_at:  # chunks end at checkpoints, taken between steps
-                while slot.checkpoint_at and slot.checkpoint_at[0] <= slot.prompt_pos:
-                    if slot.checkpoint_at.pop(0) == slot.prompt_pos:
-                        self._make_checkpoint(slot)
-                if slot.checkpoint_at:
-                    end = slot.checkpoint_at[0]
-            take = min(room, end - slot.prompt_pos)
-            for k in range(take):
-                pos = slot.prompt_pos + k
-                last = pos == len(prompt) - 1
-                row = batch.add(prompt[pos], pos, slot.seq_id, last)
-                if last:
-                    sample_rows.append((slot, row))
+            end = self._chunk_end(slot)
+            need = min(end - slot.prompt_pos, self.n_batch)
+            if need >= EXACT_PIECE:
+                if big is None:
+                    big = (slot, need)
+                continue
+            take = min(batch.free_rows, need)
+            if take <= 0:
+                continue
+            self._add_prompt(batch, slot, take, sample_rows)
             prompt_chunks.append((slot, take))
-        if batch.n_tokens == 0:
-            return
+        if batch.n_tokens:
+            self._decode_and_sample(batch, sample_rows, prompt_chunks, verify)
+        if big is not None and big[0].state == "prompt":
+            batch.clear()
+            rows: list[tuple[_Slot, int]] = []
+            self._add_prompt(batch, big[0], big[1], rows)
+            self._decode_and_sample(batch, rows, [big], [])
+
+    def _chunk_end(self, slot: _Slot) -> int:
+        """Where the slot's next prompt chunk must end: the prompt's end or a checkpoint
+        (taken here, between steps, when the slot has just reached one)."""
+        end = len(slot.request.prompt)
+        if slot.checkpoint_at:
+            while slot.checkpoint_at and slot.checkpoint_at[0] <= slot.prompt_pos:
+                if slot.checkpoint_at.pop(0) == slot.prompt_pos:
+                    self._make_checkpoint(slot)
+            if slot.checkpoint_at:
+                end = slot.checkpoint_at[0]
+        return end
+
+    def _add_prompt(
+        self, batch: Batch, slot: _Slot, take: int, sample_rows: list[tuple[_Slot, int]]
+    ) -> None:
+        prompt = slot.request.prompt
+        for k in range(take):
+            pos = slot.prompt_pos + k
+            last = pos == len(prompt) - 1
+            row = batch.add(prompt[pos], pos, slot.seq_id, last)
+            if last:
+                sample_rows.append((slot, row))
+
+    def _decode_and_sample(
+        self,
+        batch: Batch,
+        sample_rows: list[tuple[_Slot, int]],
+        prompt_chunks: list[tuple[_Slot, int]],
+        verify: list[tuple[_Slot, list[int], list[int], Speculator]],
+    ) -> None:
         t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(self._ctx, batch.raw)
         if rc != 0:
-            self._decode_failed(rc, sample_rows, prompt_chunks)
+            self._decode_failed(rc, sample_rows + [(v[0], 0) for v in verify], prompt_chunks)
             return
         self.stats.decode_calls += 1
         self.stats.decode_seconds += time.perf_counter() - t0
@@ -643,12 +754,84 @@ class Engine:
                 slot.state = "generating"
                 for child in slot.children:
                     self._fork(slot, child, now)
-        # 4. sample every slot from its own row
+        # 4. sample every slot from its own row; drafted slots row after row
         for slot, row in sample_rows:
             for target in [slot, *slot.children] if slot.children else [slot]:
                 if target.state == "generating" and target.pending is None:
                     self._sample(target, row)
             slot.children = []
+        for slot, rows, draft, spec in verify:
+            self._verify(slot, rows, draft, spec)
+
+    # ------------------------------------------------------------ speculation
+    def _drafts(self) -> dict[int, tuple[Speculator, list[int]]]:
+        """A draft for each generating slot whose best speculator expects to gain tokens."""
+        live = [s for s in self._slots if s.state == "generating" and s.pending is not None]
+        budget = self.n_batch - len(live)
+        n_min = max(1, self.config.spec_draft_n_min)
+        out: dict[int, tuple[Speculator, list[int]]] = {}
+        model_jobs: list[tuple[_Slot, list[int], int]] = []
+        drafter: DraftModel | None = None
+        for slot in live:
+            if slot.forced:
+                continue
+            req = slot.request
+            n_max = min(self.config.spec_draft_n_max, budget)
+            n_max = min(n_max, self.n_ctx_slot - len(slot.kv_tokens) - 2)
+            if req.max_tokens is not None:
+                n_max = min(n_max, req.max_tokens - len(slot.generated) - 1)
+            if n_max < n_min:
+                continue
+            history = [*slot.kv_tokens, slot.pending]
+            best: Speculator | None = None
+            best_draft: list[int] = []
+            best_gain = 0.0
+            for spec in self.speculators:
+                if isinstance(spec, DraftModel):
+                    draft, gain = [], spec.rate(slot.spec) * n_max
+                else:
+                    draft = spec.draft(slot.spec, history, n_max)
+                    gain = spec.rate(slot.spec) * len(draft) if len(draft) >= n_min else 0.0
+                if gain > best_gain:
+                    best, best_draft, best_gain = spec, draft, gain
+            if best is None:
+                continue
+            if isinstance(best, DraftModel):
+                drafter = best
+                model_jobs.append((slot, history, n_max))
+                budget -= n_max
+            else:
+                out[slot.seq_id] = (best, best_draft)
+                budget -= len(best_draft)
+        if drafter is not None:
+            made = drafter.draft_many([(s.seq_id, h, n) for s, h, n in model_jobs])
+            for slot, _, _ in model_jobs:
+                draft = made.get(slot.seq_id, [])
+                if len(draft) >= n_min:
+                    out[slot.seq_id] = (drafter, draft)
+        return out
+
+    def _verify(self, slot: _Slot, rows: list[int], draft: list[int], spec: Speculator) -> None:
+        """Sample the target at the pending token's row and each draft row in turn; keep the
+        draft up to the first token the target did not sample, drop the rest from the KV."""
+        seq = slot.spec
+        slot.kv_tokens.append(slot.pending)
+        slot.pending = None
+        slot.draft_n += len(draft)
+        accepted = 0
+        for i, row in enumerate(rows):
+            self._sample(slot, row)
+            if slot.state != "generating" or slot.pending is None:
+                break  # finished (stop, length, end of generation)
+            if i < len(draft) and slot.pending == draft[i]:
+                slot.kv_tokens.append(slot.pending)
+                slot.pending = None
+                accepted += 1
+                slot.draft_accepted += 1
+                continue
+            break
+        spec.record(seq, len(draft), accepted)
+        llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, len(slot.kv_tokens), -1)
 
     def _fork(self, parent: _Slot, child: _Slot, now: float) -> None:
         """Give a child a copy of the parent's decoded prompt (decoded once, shared)."""
@@ -740,6 +923,8 @@ class Engine:
                 predicted_n=len(slot.generated),
                 predicted_ms=(now - prompt_done) * 1000.0 if slot.t_prompt_done else 0.0,
                 cache_n=slot.cached,
+                draft_n=slot.draft_n if self.speculators else None,
+                draft_n_accepted=slot.draft_accepted if self.speculators else None,
             )
             usage = Usage(len(req.prompt), slot.cached, len(slot.generated), slot.reasoning_tokens)
             done = Done(reason, usage, timings, stop, tuple(slot.generated), index)

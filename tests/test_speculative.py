@@ -1,0 +1,156 @@
+"""Speculative decoding on the real embedded model: every speculator gives exactly the tokens of
+a run without speculation, at 1 and 4 slots, and its acceptance counters move."""
+
+from __future__ import annotations
+
+import pytest
+
+from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
+from llamactl.engine.errors import InvalidRequestError
+from llamactl.engine.model import Model
+from llamactl.engine.speculative import NgramCache, NgramSimple, SeqState, parse_spec_types
+from llamactl.engine.types import SamplingParams
+from llamactl.models import embedded_model_path
+
+GREEDY = SamplingParams(temperature=0.0)
+SEEDED = SamplingParams(temperature=0.9, seed=7)
+CODE = """def add(a, b):
+    return a + b
+
+def mul(a, b):
+    result = 0
+    for i in range(b):
+        result = add(result, a)
+    return result
+"""
+TASKS = ["with type hints", "with docstrings", "in one line each", "with comments"]
+
+
+@pytest.fixture(scope="module")
+def model() -> Model:
+    return Model(embedded_model_path())
+
+
+def prompts(model: Model) -> list[list[int]]:
+    return [
+        model.tokenize(
+            f"<|im_start|>user\nRewrite this code {task}:\n{CODE}<|im_end|>\n"
+            "<|im_start|>assistant\n",
+            add_special=False,
+        )
+        for task in TASKS
+    ]
+
+
+def run_all(engine: Engine, ps: list[list[int]], sampling=GREEDY, max_tokens: int = 40):
+    streams = [
+        engine.submit(GenerationRequest(p, sampling, max_tokens=max_tokens, cache_prompt=False))
+        for p in ps
+    ]
+    return [s.collect()[1][0] for s in streams]
+
+
+def make(model: Model, n_parallel: int, types: tuple[str, ...] = (), **kw) -> Engine:
+    if "draft-simple" in types:
+        kw.setdefault("model_draft", embedded_model_path())  # its own draft: valid, if slow
+    config = EngineConfig(
+        n_parallel=n_parallel,
+        n_ctx=n_parallel * 1024,
+        cache_ram_mib=0,
+        spec_types=types,
+        spec_draft_n_max=kw.pop("n_max", 6),
+        **kw,
+    )
+    return Engine(model, config)
+
+
+@pytest.fixture(scope="module")
+def baseline(model):
+    with make(model, 4) as eng:
+        return {
+            "greedy": [d.token_ids for d in run_all(eng, prompts(model))],
+            "seeded": [d.token_ids for d in run_all(eng, prompts(model)[:2], SEEDED)],
+        }
+
+
+@pytest.mark.parametrize("types", [("ngram-simple",), ("ngram-cache",), ("draft-simple",)])
+@pytest.mark.parametrize("n_parallel", [1, 4])
+def test_speculation_gives_the_same_tokens(model, baseline, types, n_parallel):
+    ps = prompts(model)
+    with make(model, n_parallel, types) as eng:
+        dones = run_all(eng, ps)
+        assert [d.token_ids for d in dones] == baseline["greedy"]
+        spec = eng.speculators[0]
+        assert spec.name == types[0]
+        if types != ("ngram-cache",):  # the n-gram cache may not have seen enough yet
+            assert spec.stats.drafts > 0 and spec.stats.accepted > 0
+        assert sum(d.timings.draft_n for d in dones) == spec.stats.drafted
+        assert sum(d.timings.draft_n_accepted for d in dones) == spec.stats.accepted
+        for d in dones:
+            assert d.usage.completion_tokens == len(d.token_ids) <= 40
+
+
+def test_all_speculators_chained_at_four_slots(model, baseline):
+    types = ("ngram-simple", "ngram-cache", "draft-simple")
+    with make(model, 4, types) as eng:
+        assert [d.token_ids for d in run_all(eng, prompts(model))] == baseline["greedy"]
+        assert sum(s.stats.drafts for s in eng.speculators) > 0
+
+
+def test_seeded_sampling_is_unchanged_by_speculation(model, baseline):
+    with make(model, 2, ("ngram-simple",)) as eng:
+        dones = run_all(eng, prompts(model)[:2], SEEDED)
+    assert [d.token_ids for d in dones] == baseline["seeded"]
+
+
+def test_max_tokens_and_stops_are_exact_with_drafts(model):
+    p = prompts(model)[0]
+    with make(model, 1, ("ngram-simple",), n_max=8) as eng:
+        for limit in (1, 3, 7):
+            d = run_all(eng, [p], max_tokens=limit)[0]
+            assert d.usage.completion_tokens == limit and d.finish_reason == "length"
+        text, dones = eng.submit(
+            GenerationRequest(p, GREEDY, max_tokens=60, stop=("return",), cache_prompt=False)
+        ).collect()
+        assert dones[0].finish_reason == "stop" and "return" not in text[0]
+    with make(model, 1) as eng:
+        plain, _ = eng.submit(
+            GenerationRequest(p, GREEDY, max_tokens=60, stop=("return",), cache_prompt=False)
+        ).collect()
+    assert text == plain
+
+
+def test_no_speculation_reports_no_draft_timings(model):
+    with make(model, 1) as eng:
+        d = run_all(eng, prompts(model)[:1], max_tokens=2)[0]
+    assert d.timings.draft_n is None and "draft_n" not in d.timings.as_dict()
+
+
+def test_prompt_lookup_and_ngram_cache_drafts():
+    seq = SeqState()
+    history = [1, 2, 3, 4, 5, 9, 9, 1, 2, 3]
+    assert NgramSimple().draft(seq, history, 3) == [4, 5, 9]
+    assert NgramSimple().draft(SeqState(), [1, 2, 3], 3) == []
+    cache = NgramCache(min_hits=2)
+    text = [7, 8, 9, 10] * 3 + [7, 8]
+    assert cache.draft(SeqState(), text, 4) == [9, 10, 7, 8]
+
+
+def test_the_speculator_with_the_better_record_wins():
+    good, bad = NgramSimple(), NgramCache()
+    seq = SeqState()
+    for _ in range(5):
+        good.record(seq, 4, 4)
+        bad.record(seq, 4, 0)
+    assert good.rate(seq) * 3 > bad.rate(seq) * 6  # a short good draft beats a long bad one
+
+
+def test_spec_types_are_validated(model):
+    assert parse_spec_types(["draft-simple", "ngram-simple", "none"]) == (
+        "ngram-simple",
+        "draft-simple",
+    )
+    with pytest.raises(InvalidRequestError, match="unknown speculator"):
+        parse_spec_types(["ngram-magic"])
+    with pytest.raises(InvalidRequestError, match="--model-draft"):
+        Engine(model, EngineConfig(n_parallel=1, n_ctx=512, spec_types=("draft-simple",)))
