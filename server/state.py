@@ -133,6 +133,7 @@ def _default_engine(state: ServerState) -> Engine:
         kv_unified=s.kv_unified,
         flash_attn=s.flash_attn != "off",
         max_queue=s.max_queue,
+        kv_type=s.cache_type,
         cache_ram_mib=s.cache_ram,
         cache_idle_slots=s.cache_idle_slots,
         slot_prompt_similarity=s.slot_prompt_similarity,

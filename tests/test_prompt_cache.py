@@ -110,7 +110,9 @@ def test_multi_turn_chat_hits_the_cache_with_the_previous_answer(model):
 def test_eviction_keeps_the_cache_under_its_size(model):
     """About 23 KB of KV per token: 1 MiB holds one ~30-token state, not two."""
     with Engine(model, EngineConfig(n_parallel=1, n_ctx=2048, cache_ram_mib=1)) as eng:
-        prompts = [chat_tokens(model, f"Say the word {w}.") for w in ("apple", "river", "stone")]
+        filler = " is the word of the day, and we will use it in a sentence about the weather."
+        prompts = [model.tokenize(w + filler * 2) for w in ("Apple", "River", "Stone")]
+        assert all(25 <= len(p) <= 40 for p in prompts)
         for p in prompts:
             run(eng, p, max_tokens=4)
         assert eng.cache.stats.saves == 2 and eng.cache.stats.evictions == 1
@@ -132,15 +134,27 @@ def test_prefix_entries_are_replaced_and_oversized_entries_skipped():
     assert cache.take([1, 2, 3, 4], 0, 0) is longer and len(cache) == 1
 
 
-def test_no_cache_idle_slots_saves_only_big_losses(model):
+def test_a_slot_is_saved_only_when_a_request_keeps_less_than_half(model):
     a = chat_tokens(model, "Name three rivers of Europe.")
-    config = EngineConfig(n_parallel=1, n_ctx=2048, cache_idle_slots=False)
-    with Engine(model, config) as eng:
+    with Engine(model, EngineConfig(n_parallel=1, n_ctx=2048)) as eng:
         run(eng, a)
         run(eng, a[:-3] + model.tokenize("x", add_special=False))  # keeps most of it
         assert eng.cache.stats.saves == 0
         run(eng, chat_tokens(model, "Completely different.", system="Other"))
         assert eng.cache.stats.saves == 1
+
+
+def test_no_cache_idle_slots_leaves_the_slots_children_take(model):
+    a = chat_tokens(model, "Name three rivers of Europe.")
+    b = model.tokenize("Pick a number.")
+    for idle, saves in ((True, 1), (False, 0)):
+        config = EngineConfig(n_parallel=2, n_ctx=2 * 1024, cache_idle_slots=idle)
+        with Engine(model, config) as eng:
+            run(eng, a)  # slot 0
+            eng.submit(
+                GenerationRequest(b, SamplingParams(temperature=1.0, seed=1), max_tokens=2, n=2)
+            ).collect()  # takes both slots: slot 0's KV is needed by a child or the parent
+            assert eng.cache.stats.saves == saves
 
 
 def test_similar_prompts_go_to_the_slot_holding_their_prefix(model):

@@ -95,6 +95,15 @@ def serve_command(
             rich_help_panel=_MODEL,
         ),
     ] = None,
+    cache_type: Annotated[
+        str | None,
+        typer.Option(
+            "--cache-type",
+            "-ctk",
+            help="KV cache type: bf16 (outputs independent of batching), f16 or q8_0 [bf16].",
+            rich_help_panel=_CACHE,
+        ),
+    ] = None,
     cache_ram: Annotated[
         int | None,
         typer.Option(
@@ -285,6 +294,7 @@ def serve_command(
             "threads": threads,
             "batch_size": batch_size,
             "kv_unified": kv_unified,
+            "cache_type": cache_type,
             "cache_ram": cache_ram,
             "cache_idle_slots": cache_idle_slots,
             "slot_prompt_similarity": slot_prompt_similarity,

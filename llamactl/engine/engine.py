@@ -10,6 +10,7 @@ greedy output does not depend on what else is being served.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -51,6 +52,7 @@ DEFAULT_SLOT_CTX = 4096
 # Rows of one sequence in a ubatch from which ggml's CPU flash attention switches to another
 # kernel (measured: 63 rows give the logits of 63 single-row decodes, 64 do not).
 EXACT_PIECE = 64
+KV_TYPES = {"bf16": 30, "f16": 1, "q8_0": 8}  # ggml_type values
 
 
 def physical_cores() -> int:
@@ -73,6 +75,12 @@ class EngineConfig:
     n_threads_batch: int | None = None
     kv_unified: bool = False
     flash_attn: bool = True
+    # KV cache element type. bf16 (not llama.cpp's f16 default): ggml's CPU flash attention
+    # computes a lone single-token decode over an f16 cache of 512+ cells by another kernel
+    # (split over the keys) than several rows or several slots, so with f16 a sequence's
+    # logits past ~256 tokens depend on what it is batched with (and on speculation).
+    # With bf16 (or q8_0) every row takes the same kernel: outputs never depend on company.
+    kv_type: Literal["bf16", "f16", "q8_0"] = "bf16"
     max_queue: int = 0  # waiting requests beyond the slots; 0: unbounded
     cache_prompt: bool = True  # reuse a slot's KV prefix for a new prompt
     # RAM prompt cache in MiB: -1 no limit, 0 off; None: 8192, but off for decision models
@@ -86,6 +94,7 @@ class EngineConfig:
     spec_draft_n_max: int = 3
     spec_draft_n_min: int = 0
     spec_draft_p_min: float = 0.0
+    spec_adaptive: bool = True  # cap drafts where their rows cost more than they should gain
 
 
 @dataclass(frozen=True)
@@ -200,6 +209,7 @@ class Engine:
             else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
         params.no_perf = True
+        params.type_k = params.type_v = KV_TYPES[config.kv_type]
         ctx = llama_cpp.llama_init_from_model(model.handle, params)
         if not ctx:
             raise ModelLoadError(
@@ -216,9 +226,16 @@ class Engine:
         cache_mib = config.cache_ram_mib
         if cache_mib is None:  # decision states seldom repeat: off unless asked for
             cache_mib = 0 if "decide" in model.info.capabilities else 8192
-        layout = (str(model.path), self.n_ctx_slot, config.kv_unified, config.flash_attn)
+        layout = (
+            str(model.path),
+            self.n_ctx_slot,
+            config.kv_unified,
+            config.flash_attn,
+            config.kv_type,
+        )
         self.cache = PromptCache(cache_mib, layout) if cache_mib != 0 else None
         self._draft_model: Model | None = None
+        self._timing = {"step": 0.0, "step_n": 0, "row": 0.0, "row_n": 0}
         try:
             self.speculators: list[Speculator] = self._make_speculators(config, threads)
         except BaseException:
@@ -491,14 +508,14 @@ class Engine:
                 (s for s in self._slots if not s.busy and s not in slots), key=lambda s: s.last_used
             )
             if self.cache is not None:
-                self._offer_to_cache(child, 0)
+                self._offer_to_cache(child, 0, idle=True)
             self._clear_kv(child)
             slots.append(child)
         if self.cache is not None and self.config.kv_unified and self.config.cache_idle_slots:
             # one KV buffer for all: idle slots go to the cache, freeing cells for this task
             for s in self._slots:
                 if not s.busy and s not in slots and s.kv_tokens:
-                    self._offer_to_cache(s, 0)
+                    self._offer_to_cache(s, 0, idle=True)
                     self._clear_kv(s)
         try:
             for i, slot in enumerate(slots):
@@ -535,14 +552,18 @@ class Engine:
         self.stats.prompt_tokens_cached += keep
 
     # ------------------------------------------------------------ prompt cache
-    def _offer_to_cache(self, slot: _Slot, lcp: int) -> None:
-        """Save a finished completion's KV before a new request overwrites it (once)."""
+    def _offer_to_cache(self, slot: _Slot, lcp: int, *, idle: bool = False) -> None:
+        """Save a finished completion's KV before a new request overwrites it (once): the
+        slot a request takes when the request keeps less than half of it (llama-server's
+        rule), and, with `cache_idle_slots`, other idle slots whose KV a request needs."""
         if not slot.saveable or not slot.kv_tokens:
             return
         n = len(slot.kv_tokens)
         if lcp >= n:  # the new prompt extends it: nothing is lost
             return
-        if not self.config.cache_idle_slots and lcp / n >= 0.5:
+        if idle and not self.config.cache_idle_slots:
+            return
+        if not idle and lcp / n >= 0.5:
             return
         slot.saveable = False
         if self.cache.contains(slot.kv_tokens):
@@ -736,8 +757,11 @@ class Engine:
         if rc != 0:
             self._decode_failed(rc, sample_rows + [(v[0], 0) for v in verify], prompt_chunks)
             return
+        elapsed = time.perf_counter() - t0
         self.stats.decode_calls += 1
-        self.stats.decode_seconds += time.perf_counter() - t0
+        self.stats.decode_seconds += elapsed
+        if self.speculators and not prompt_chunks:
+            self._time_step(elapsed, sum(len(v[2]) for v in verify))
         # 3. book-keeping: what the KV now holds
         for slot, take in prompt_chunks:
             prompt = slot.request.prompt
@@ -786,20 +810,27 @@ class Engine:
             best: Speculator | None = None
             best_draft: list[int] = []
             best_gain = 0.0
+            slot.spec.rounds += 1
             for spec in self.speculators:
+                rate = spec.rate(slot.spec)
+                n = self._worth_drafting(rate, n_max, slot.spec.rounds)
+                if n < n_min:
+                    continue
                 if isinstance(spec, DraftModel):
-                    draft, gain = [], spec.rate(slot.spec) * n_max
+                    draft, gain = [], rate * n
                 else:
-                    draft = spec.draft(slot.spec, history, n_max)
-                    gain = spec.rate(slot.spec) * len(draft) if len(draft) >= n_min else 0.0
+                    draft = spec.draft(slot.spec, history, n)
+                    gain = rate * len(draft) if len(draft) >= n_min else 0.0
                 if gain > best_gain:
                     best, best_draft, best_gain = spec, draft, gain
+                    if isinstance(spec, DraftModel):
+                        n_model = n
             if best is None:
                 continue
             if isinstance(best, DraftModel):
                 drafter = best
-                model_jobs.append((slot, history, n_max))
-                budget -= n_max
+                model_jobs.append((slot, history, n_model))
+                budget -= n_model
             else:
                 out[slot.seq_id] = (best, best_draft)
                 budget -= len(best_draft)
@@ -810,6 +841,40 @@ class Engine:
                 if len(draft) >= n_min:
                     out[slot.seq_id] = (drafter, draft)
         return out
+
+    def _worth_drafting(self, rate: float, n_max: int, rounds: int) -> int:
+        """How many draft tokens pay for their rows. Position i of a draft is kept with
+        probability about rate**i and costs `row_cost` of a step (a share measured on this
+        machine: near 0 where decoding is memory-bound, most of a step on a small CPU), so the
+        draft stops where rate**i falls below it. A speculator too poor to draft still gets
+        a one-token probe every 8 rounds, so its rate can recover."""
+        if not self.config.spec_adaptive:
+            return n_max
+        cost = self._row_cost()
+        if rate <= cost:
+            return 1 if rounds % 8 == 0 else 0
+        if rate >= 1.0:
+            return n_max
+        return max(1, min(n_max, int(math.log(cost) / math.log(rate))))
+
+    def _row_cost(self) -> float:
+        """Cost of one more row in a generation step, as a share of the step (prior 0.3)."""
+        t = self._timing
+        if t["step_n"] < 3 or t["row_n"] < 3:
+            return 0.3
+        return min(0.95, max(0.01, t["row"] / max(t["step"], 1e-6)))
+
+    def _time_step(self, seconds: float, n_draft_rows: int) -> None:
+        """Follow a generation-only step's decode time (EMA): plain steps give the step cost,
+        steps with drafts the marginal cost of a draft row."""
+        t = self._timing
+        if n_draft_rows == 0:
+            t["step"] = seconds if t["step_n"] == 0 else 0.8 * t["step"] + 0.2 * seconds
+            t["step_n"] += 1
+        elif t["step_n"]:
+            row = max(0.0, seconds - t["step"]) / n_draft_rows
+            t["row"] = row if t["row_n"] == 0 else 0.8 * t["row"] + 0.2 * row
+            t["row_n"] += 1
 
     def _verify(self, slot: _Slot, rows: list[int], draft: list[int], spec: Speculator) -> None:
         """Sample the target at the pending token's row and each draft row in turn; keep the

@@ -56,6 +56,7 @@ class SeqState:
     ngram_index: dict[int, dict[tuple[int, ...], int]] = field(default_factory=dict)
     indexed: int = 0  # history positions already in ngram_index
     fed: int = 0  # history positions already counted by the n-gram cache
+    rounds: int = 0  # drafting opportunities so far
 
 
 class Speculator:
