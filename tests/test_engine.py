@@ -225,3 +225,31 @@ def test_long_prompts_of_unequal_lengths_together_equal_their_solo_runs(model):
         together = [s.collect()[1][0] for s in streams]
     for alone, batched in zip(solo, together, strict=True):
         assert batched.token_ids == alone.token_ids
+
+
+def test_long_context_logits_do_not_depend_on_other_slots(model):
+    """Past 256 tokens, a lone decode and one batched with other slots take the same
+    flash-attention kernel (the bf16 KV cache): every token's log-probability is the same
+    float alone and in company."""
+    story = "Once upon a time a cat and a dog lived in a small house by the sea. "
+    long = chat_prompt(model, story * 18 + "Continue the story.")
+    assert len(long) > 300
+    others = [chat_prompt(model, f"Write two sentences about {t}.") for t in TOPICS[:2]]
+
+    def logprobs(engine: Engine, company: list[list[int]]) -> list[float]:
+        streams = [
+            engine.submit(GenerationRequest(p, GREEDY, max_tokens=24, logprobs=0))
+            for p in [long, *company]
+        ]
+        values = [
+            lp[0].logprob for e in streams[0] if isinstance(e, TextDelta) for lp in e.logprobs
+        ]
+        for s in streams[1:]:
+            s.collect()
+        return values
+
+    with Engine(model, EngineConfig(n_parallel=1, n_ctx=2048)) as solo_engine:
+        alone = logprobs(solo_engine, [])
+    with Engine(model, EngineConfig(n_parallel=3, n_ctx=3 * 2048)) as eng:
+        together = logprobs(eng, others)
+    assert together == alone

@@ -9,7 +9,7 @@ from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
 from llamactl.engine.errors import InvalidRequestError
 from llamactl.engine.model import Model
 from llamactl.engine.speculative import NgramCache, NgramSimple, SeqState, parse_spec_types
-from llamactl.engine.types import SamplingParams
+from llamactl.engine.types import SamplingParams, TextDelta
 from llamactl.models import embedded_model_path
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -154,3 +154,38 @@ def test_spec_types_are_validated(model):
         parse_spec_types(["ngram-magic"])
     with pytest.raises(InvalidRequestError, match="--model-draft"):
         Engine(model, EngineConfig(n_parallel=1, n_ctx=512, spec_types=("draft-simple",)))
+
+
+def test_long_context_drafts_give_the_same_logits(model):
+    """Past 256 tokens of context (where an f16 cache switches flash-attention kernels between
+    one-row and several-row decodes), drafted and plain runs agree to the last bit: the
+    log-probability of every token is the same float."""
+    p = model.tokenize(
+        "<|im_start|>user\nRewrite this code with the name `data` changed to `rows`:\n"
+        + CODE * 7
+        + "<|im_end|>\n<|im_start|>assistant\n",
+        add_special=False,
+    )
+    assert len(p) > 300
+
+    def logprobs(engine: Engine, company: list[list[int]]) -> tuple[list[float], object]:
+        streams = [
+            engine.submit(
+                GenerationRequest(q, GREEDY, max_tokens=40, logprobs=0, cache_prompt=False)
+            )
+            for q in [p, *company]
+        ]
+        values = [
+            lp[0].logprob for e in streams[0] if isinstance(e, TextDelta) for lp in e.logprobs
+        ]
+        for s in streams[1:]:
+            s.collect()
+        return values, streams[0].done[0]
+
+    with make(model, 1) as eng:
+        plain, plain_done = logprobs(eng, [])
+    with make(model, 2, ("ngram-simple",), n_max=8, spec_adaptive=False) as eng:
+        drafted, done = logprobs(eng, [prompts(model)[0]])
+    assert done.timings.draft_n > 0
+    assert done.token_ids == plain_done.token_ids
+    assert drafted == plain
