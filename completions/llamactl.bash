@@ -29,9 +29,10 @@ _llamactl() {
             "llamactl stop") path="$path $w" ;;
             "llamactl transcribe") path="$path $w" ;;
             "llamactl tts") path="$path $w" ;;
+            "llamactl tui") path="$path $w" ;;
         esac
         case "$path:$w" in
-            "llamactl chat:--model"|"llamactl chat:-m"|"llamactl chat:--system"|"llamactl chat:-s"|"llamactl chat:--ctx-size"|"llamactl chat:--threads"|"llamactl chat:--temperature"|"llamactl chat:-t"|"llamactl chat:--top-p"|"llamactl chat:--top-k"|"llamactl chat:--seed"|"llamactl chat:--max-tokens"|"llamactl chat:-n"|"llamactl convert:--outfile"|"llamactl convert:-o"|"llamactl convert:--outtype"|"llamactl convert:--base"|"llamactl models:--models-dir"|"llamactl ps:--url"|"llamactl ps:--api-key"|"llamactl score:--model"|"llamactl score:-m"|"llamactl score:--state"|"llamactl score:-s"|"llamactl score:--question"|"llamactl score:-q"|"llamactl score:--image"|"llamactl score:-i"|"llamactl score:--request"|"llamactl score:-r"|"llamactl score:--mmproj"|"llamactl score:--threads"|"llamactl score:--parallel"|"llamactl score:--url"|"llamactl serve:--model"|"llamactl serve:-m"|"llamactl serve:--alias"|"llamactl serve:-a"|"llamactl serve:--host"|"llamactl serve:--port"|"llamactl serve:--parallel"|"llamactl serve:-np"|"llamactl serve:--ctx-size"|"llamactl serve:-c"|"llamactl serve:--threads"|"llamactl serve:-t"|"llamactl serve:--batch-size"|"llamactl serve:-b"|"llamactl serve:--cache-type"|"llamactl serve:-ctk"|"llamactl serve:--cache-ram"|"llamactl serve:-cram"|"llamactl serve:--slot-prompt-similarity"|"llamactl serve:-sps"|"llamactl serve:--ctx-checkpoints"|"llamactl serve:-ctxcp"|"llamactl serve:--checkpoint-min-step"|"llamactl serve:-cms"|"llamactl serve:--spec-type"|"llamactl serve:--model-draft"|"llamactl serve:-md"|"llamactl serve:--spec-draft-n-max"|"llamactl serve:--spec-draft-n-min"|"llamactl serve:--spec-draft-p-min"|"llamactl serve:--chat-template-file"|"llamactl serve:--api-key"|"llamactl serve:--api-key-file"|"llamactl serve:--sse-ping-interval"|"llamactl serve:--max-queue"|"llamactl serve:--models-dir"|"llamactl serve:--models-preset"|"llamactl serve:--models-max"|"llamactl serve:--sleep-idle-seconds"|"llamactl serve:--log-level"|"llamactl stop:--url"|"llamactl stop:--api-key"|"llamactl transcribe:--device"|"llamactl transcribe:--rate"|"llamactl transcribe:--model"|"llamactl transcribe:-m"|"llamactl transcribe:--language"|"llamactl transcribe:-l"|"llamactl transcribe:--threads"|"llamactl transcribe:-t"|"llamactl transcribe:--url"|"llamactl transcribe:--api-key"|"llamactl tts:--output"|"llamactl tts:-o"|"llamactl tts:--voice"|"llamactl tts:--speed"|"llamactl tts:--format") skip=1 ;;
+            "llamactl chat:--model"|"llamactl chat:-m"|"llamactl chat:--system"|"llamactl chat:-s"|"llamactl chat:--ctx-size"|"llamactl chat:--threads"|"llamactl chat:--temperature"|"llamactl chat:-t"|"llamactl chat:--top-p"|"llamactl chat:--top-k"|"llamactl chat:--seed"|"llamactl chat:--max-tokens"|"llamactl chat:-n"|"llamactl convert:--outfile"|"llamactl convert:-o"|"llamactl convert:--outtype"|"llamactl convert:--base"|"llamactl models:--models-dir"|"llamactl ps:--url"|"llamactl ps:--api-key"|"llamactl score:--model"|"llamactl score:-m"|"llamactl score:--state"|"llamactl score:-s"|"llamactl score:--question"|"llamactl score:-q"|"llamactl score:--image"|"llamactl score:-i"|"llamactl score:--request"|"llamactl score:-r"|"llamactl score:--mmproj"|"llamactl score:--threads"|"llamactl score:--parallel"|"llamactl score:--url"|"llamactl serve:--model"|"llamactl serve:-m"|"llamactl serve:--alias"|"llamactl serve:-a"|"llamactl serve:--host"|"llamactl serve:--port"|"llamactl serve:--parallel"|"llamactl serve:-np"|"llamactl serve:--ctx-size"|"llamactl serve:-c"|"llamactl serve:--threads"|"llamactl serve:-t"|"llamactl serve:--batch-size"|"llamactl serve:-b"|"llamactl serve:--cache-type"|"llamactl serve:-ctk"|"llamactl serve:--cache-ram"|"llamactl serve:-cram"|"llamactl serve:--slot-prompt-similarity"|"llamactl serve:-sps"|"llamactl serve:--ctx-checkpoints"|"llamactl serve:-ctxcp"|"llamactl serve:--checkpoint-min-step"|"llamactl serve:-cms"|"llamactl serve:--spec-type"|"llamactl serve:--model-draft"|"llamactl serve:-md"|"llamactl serve:--spec-draft-n-max"|"llamactl serve:--spec-draft-n-min"|"llamactl serve:--spec-draft-p-min"|"llamactl serve:--chat-template-file"|"llamactl serve:--api-key"|"llamactl serve:--api-key-file"|"llamactl serve:--sse-ping-interval"|"llamactl serve:--max-queue"|"llamactl serve:--models-dir"|"llamactl serve:--models-preset"|"llamactl serve:--models-max"|"llamactl serve:--sleep-idle-seconds"|"llamactl serve:--log-level"|"llamactl stop:--url"|"llamactl stop:--api-key"|"llamactl transcribe:--device"|"llamactl transcribe:--rate"|"llamactl transcribe:--model"|"llamactl transcribe:-m"|"llamactl transcribe:--language"|"llamactl transcribe:-l"|"llamactl transcribe:--threads"|"llamactl transcribe:-t"|"llamactl transcribe:--url"|"llamactl transcribe:--api-key"|"llamactl tts:--output"|"llamactl tts:-o"|"llamactl tts:--voice"|"llamactl tts:--speed"|"llamactl tts:--format"|"llamactl tts:--speaker-ref"|"llamactl tts:--seed"|"llamactl tts:--model"|"llamactl tts:--mmproj"|"llamactl tui:--url"|"llamactl tui:--model"|"llamactl tui:-m"|"llamactl tui:--api-key"|"llamactl tui:--device"|"llamactl tui:--audio-file") skip=1 ;;
         esac
     done
     # --option=value arrives as three words: --option, =, value
@@ -237,11 +238,38 @@ _llamactl() {
         "llamactl tts:--format")
             COMPREPLY=($(compgen -W "wav pcm flac mp3" -- "$cur"))
             return ;;
+        "llamactl tts:--speaker-ref")
+            _llamactl_files -f "$cur"
+            return ;;
+        "llamactl tts:--seed")
+            COMPREPLY=()
+            return ;;
+        "llamactl tts:--model")
+            _llamactl_files -f "$cur"
+            return ;;
+        "llamactl tts:--mmproj")
+            _llamactl_files -f "$cur"
+            return ;;
+        "llamactl tui:--url")
+            COMPREPLY=()
+            return ;;
+        "llamactl tui:--model"|"llamactl tui:-m")
+            COMPREPLY=()
+            return ;;
+        "llamactl tui:--api-key")
+            COMPREPLY=()
+            return ;;
+        "llamactl tui:--device")
+            COMPREPLY=()
+            return ;;
+        "llamactl tui:--audio-file")
+            _llamactl_files -f "$cur"
+            return ;;
     esac
     case "$path" in
         "llamactl")
             opts="--version -V --help -h"
-            subs="chat convert models ps score serve stop transcribe tts"
+            subs="chat convert models ps score serve stop transcribe tts tui"
             args=none ;;
         "llamactl chat")
             opts="--model -m --system -s --ctx-size --threads --temperature -t --top-p --top-k --seed --max-tokens -n --show-timings --hide-reasoning --json --help -h"
@@ -276,7 +304,11 @@ _llamactl() {
             subs=""
             args=file ;;
         "llamactl tts")
-            opts="--output -o --play --voice --list-voices --speed --format --help -h"
+            opts="--output -o --play --voice --list-voices --speed --format --speaker-ref --seed --model --mmproj --help -h"
+            subs=""
+            args=none ;;
+        "llamactl tui")
+            opts="--url --model -m --api-key --device --ptt --audio-file --list-devices --help -h"
             subs=""
             args=none ;;
     esac

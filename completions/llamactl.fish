@@ -13,6 +13,7 @@ complete -c llamactl -n __fish_use_subcommand -a serve -d 'Serve the model over 
 complete -c llamactl -n __fish_use_subcommand -a stop -d 'Unload a model from a running router: its child process stops'
 complete -c llamactl -n __fish_use_subcommand -a transcribe -d 'Transcribe speech: an audio file, raw PCM on stdin, or the microphone (live captions)'
 complete -c llamactl -n __fish_use_subcommand -a tts -d 'Speak text: write it as audio to a file or stdout, or play it'
+complete -c llamactl -n __fish_use_subcommand -a tui -d 'Talk with a model: speak or type, read and hear the answer, skip its reasoning'
 complete -c llamactl -n '__fish_use_subcommand' -s V -l version -d 'Show the version and exit'
 complete -c llamactl -n '__fish_use_subcommand' -s h -l help -d 'Show this message and exit'
 
@@ -129,4 +130,18 @@ complete -c llamactl -n '__fish_seen_subcommand_from tts' -l voice -x -d 'Voice 
 complete -c llamactl -n '__fish_seen_subcommand_from tts' -l list-voices -d 'List the voices and exit'
 complete -c llamactl -n '__fish_seen_subcommand_from tts' -l speed -x -d 'Speaking rate, 0.25 to 4'
 complete -c llamactl -n '__fish_seen_subcommand_from tts' -l format -x -a 'wav pcm flac mp3' -d 'pcm is s16le mono; default: from -o\'s suffix, else wav'
+complete -c llamactl -n '__fish_seen_subcommand_from tts' -l speaker-ref -r -F -d 'Reference audio of the voice to clone (needs a TTS model that can clone)'
+complete -c llamactl -n '__fish_seen_subcommand_from tts' -l seed -x -d 'Sampling seed of a TTS model (eSpeak NG is deterministic and ignores it)'
+complete -c llamactl -n '__fish_seen_subcommand_from tts' -l model -r -F -d 'A llama.cpp TTS model .gguf (with --mmproj) instead of eSpeak NG'
+complete -c llamactl -n '__fish_seen_subcommand_from tts' -l mmproj -r -F -d 'The TTS model\'s mmproj (its audio generator)'
 complete -c llamactl -n '__fish_seen_subcommand_from tts' -s h -l help -d 'Show this message and exit'
+
+# llamactl tui
+complete -c llamactl -n '__fish_seen_subcommand_from tui' -l url -x -d 'A running llamactl server; none: start one in-process'
+complete -c llamactl -n '__fish_seen_subcommand_from tui' -s m -l model -x -d 'Model for the local server (GGUF path, alias), or --url\'s'
+complete -c llamactl -n '__fish_seen_subcommand_from tui' -l api-key -x -d 'API key for the server'
+complete -c llamactl -n '__fish_seen_subcommand_from tui' -l device -x -d 'Input device number (see --list-devices)'
+complete -c llamactl -n '__fish_seen_subcommand_from tui' -l ptt -d 'Push to talk (ctrl+t starts and sends) instead of VAD'
+complete -c llamactl -n '__fish_seen_subcommand_from tui' -l audio-file -r -F -d 'Speak this audio file instead of the microphone (demos, tests)'
+complete -c llamactl -n '__fish_seen_subcommand_from tui' -l list-devices -d 'List input devices and exit'
+complete -c llamactl -n '__fish_seen_subcommand_from tui' -s h -l help -d 'Show this message and exit'

@@ -120,6 +120,9 @@ class Settings:
     transcribe_model: str | None = None  # None: the embedded Whisper tiny.en
     transcribe_mmproj: Path | None = None  # audio projector of a llama.cpp speech .gguf
     transcribe_threads: int = 0  # speech model threads; 0: same as `threads`
+    # Speech out (`tts`, /tts, /v1/audio/speech, realtime answers); None: eSpeak NG
+    tts_model: Path | None = None  # a llama.cpp TTS backbone .gguf (with tts_mmproj)
+    tts_mmproj: Path | None = None  # its mmproj holding the audio generator
     # Bookkeeping, not settings: the file that was read (None if there was none) and where
     # each setting's value came from.
     config_file: Path | None = field(default=None, compare=False, metadata=_INTERNAL)

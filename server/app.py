@@ -11,7 +11,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from llamactl.config import Settings
 from llamactl.models import resolve_model
 
-from . import basic
+from . import basic, openapi_errors
 from .errors import install_handlers
 from .middleware import GateMiddleware
 from .state import ServerState
@@ -62,6 +62,7 @@ def create_app(
     )
     app.state.llamactl = state
     install_handlers(app)
+    openapi_errors.install(app)
     app.include_router(basic.router)
     for router in _routers():
         app.include_router(router)

@@ -30,7 +30,16 @@ _CHARS_UTF8 = 1
 _CALLBACK = ctypes.CFUNCTYPE(
     ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p
 )
-_lock = threading.Lock()
+
+
+def _shared_lock() -> threading.Lock:
+    """The server's eSpeak lock: tests speak in the process that runs the server."""
+    from llamactl.engine.audio.synth_espeak import _LOCK
+
+    return _LOCK
+
+
+_lock = _shared_lock()
 
 
 class _Espeak:
@@ -67,6 +76,8 @@ class _Espeak:
 
     def say(self, text: str, voice: str, wpm: int) -> np.ndarray:
         self._chunks = []
+        # eSpeak has one global callback, and an in-process server's synthesizer sets its own
+        self.lib.espeak_SetSynthCallback(self._callback)
         self.lib.espeak_SetVoiceByName(voice.encode())
         self.lib.espeak_SetParameter(_RATE_PARAM, wpm, 0)
         data = text.encode("utf-8") + b"\0"

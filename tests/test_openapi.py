@@ -123,3 +123,21 @@ def test_output_does_not_depend_on_hash_seed_or_settings(tmp_path: Path) -> None
         env=env,
     )
     assert (tmp_path / "a.json").read_text(encoding="utf-8") == gen.render()
+
+
+def test_error_responses_are_the_ones_the_server_sends(committed: dict[str, Any]) -> None:
+    """Bad input is a 400 in the family's shape (never FastAPI's 422), keys a 401, loading a 503."""
+    for path, operations in committed["paths"].items():
+        for operation in operations.values():
+            responses = operation["responses"]
+            assert "422" not in responses, path
+            if path in ("/health", "/metrics"):
+                continue
+            expected = "AnthropicError" if path.startswith("/v1/messages") else "OpenAIError"
+            for status in ("401", "503"):
+                assert expected in refs(responses[status]), (path, status)
+    chat = committed["paths"]["/v1/chat/completions"]["post"]["responses"]
+    assert "OpenAIError" in refs(chat["400"])
+    messages = committed["paths"]["/v1/messages"]["post"]["responses"]
+    assert "AnthropicError" in refs(messages["400"])
+    assert "HTTPValidationError" not in committed["components"]["schemas"]

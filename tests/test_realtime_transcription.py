@@ -279,13 +279,13 @@ def test_protocol_errors_leave_the_socket_usable(client):
     assert client.until(_COMPLETED)[-1]["transcript"] == ""
 
 
-def test_conversation_sessions_can_switch_to_transcription(live):
+def test_without_intent_the_session_is_a_conversation(live):
     c = Client(live, query="")
-    refusal = c.recv()
-    assert refusal["type"] == "error" and refusal["error"]["code"] == "unsupported_session_type"
+    created = c.recv()
+    assert created["type"] == "session.created" and created["session"]["type"] == "realtime"
     c.send("session.update", session={"type": "transcription"})
-    kinds = [c.recv()["type"], c.recv()["type"]]
-    assert kinds == ["session.created", "session.updated"]
+    refusal = c.recv()
+    assert refusal["type"] == "error" and refusal["error"]["param"] == "session.type"
     c.close()
 
 

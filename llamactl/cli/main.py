@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from llamactl.cli import chat, convert, models_cmd, ps, score, serve, transcribe, tts
+from llamactl.cli import chat, convert, models_cmd, ps, score, serve, transcribe, tts, tui
 from llamactl.cli._output import print_error
 from llamactl.engine.errors import LlamactlError
 
@@ -101,6 +101,7 @@ ps.register(app)
 score.register(app)
 transcribe.register(app)
 tts.register(app)
+tui.register(app)
 
 
 def run() -> None:

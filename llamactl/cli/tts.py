@@ -16,8 +16,9 @@ import numpy as np
 import typer
 
 from llamactl.cli._output import is_tty, stdout_console
-from llamactl.engine.audio.synth import as_int16, open_synthesizer
+from llamactl.engine.audio.synth import UnsupportedVoiceFeature, as_int16, open_synthesizer
 from llamactl.engine.audio.synth_encode import encode, pcm_bytes, wav_header
+from llamactl.engine.audio.synth_mtmd import open_mtmd_synthesizer
 from llamactl.engine.errors import InvalidRequestError, LlamactlError
 
 HELP = """Speak text: write it as audio to a file or stdout, or play it.
@@ -35,6 +36,7 @@ echo "Read this aloud" | llamactl tts --play
 llamactl tts "Bonjour" --voice fr -o bonjour.flac
 llamactl tts "Raw samples" --format pcm | aplay -f S16_LE -r 22050 -c 1
 llamactl tts --list-voices
+llamactl tts "Hello" --model tts.gguf --mmproj mmproj-tts.gguf --speaker-ref me.wav --seed 7
 ```
 """
 
@@ -87,19 +89,62 @@ def tts_command(
             show_default=False,
         ),
     ] = None,
+    speaker_ref: Annotated[
+        Path | None,
+        typer.Option(
+            "--speaker-ref",
+            help="Reference audio of the voice to clone (needs a TTS model that can clone).",
+            show_default=False,
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed",
+            min=0,
+            max=2**32 - 1,
+            help="Sampling seed of a TTS model (eSpeak NG is deterministic and ignores it).",
+            show_default=False,
+        ),
+    ] = None,
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            "--model",
+            help="A llama.cpp TTS model .gguf (with --mmproj) instead of eSpeak NG.",
+            show_default=False,
+        ),
+    ] = None,
+    mmproj: Annotated[
+        Path | None,
+        typer.Option(
+            "--mmproj", help="The TTS model's mmproj (its audio generator).", show_default=False
+        ),
+    ] = None,
 ) -> None:
-    synth = open_synthesizer()
+    if model is not None:
+        synth = open_mtmd_synthesizer(model, mmproj)
+    elif mmproj is not None:
+        raise InvalidRequestError("--mmproj needs --model (the TTS model it belongs to)")
+    else:
+        synth = open_synthesizer()
     if list_voices:
         _print_voices(synth.voices())
         return
     text = _read_text(text)
+    reference = _read_reference(speaker_ref) if speaker_ref is not None else None
+    if reference is not None and not synth.can_clone:
+        raise UnsupportedVoiceFeature(
+            f"the {synth.name} voice cannot be cloned from --speaker-ref; voice cloning needs "
+            "a llama.cpp TTS model (--model/--mmproj)"
+        )
     fmt = audio_format.value if audio_format else None
     if fmt is None:
         fmt = _SUFFIXES.get(output.suffix.lower(), "wav") if output else "wav"
     to_stdout = output is None and not is_tty(sys.stdout)
     play = play or (output is None and not to_stdout)
     player = _open_player(synth.sample_rate) if play else None
-    chunks = synth.synthesize(text, voice=voice, speed=speed)
+    chunks = synth.synthesize(text, voice=voice, speed=speed, speaker_ref=reference, seed=seed)
     sinks: list[Callable[[np.ndarray], None]] = []
     if player is not None:
         sinks.append(player.write)
@@ -118,6 +163,19 @@ def tts_command(
         if player is not None:
             player.stop()
             player.close()
+
+
+def _read_reference(path: Path) -> bytes:
+    """The reference recording's bytes, checked to be audio the decoder can read."""
+    from llamactl.engine.audio.decode import read_audio
+
+    if not path.is_file():
+        raise InvalidRequestError(f"--speaker-ref: no such file: {path}")
+    data = path.read_bytes()
+    if not data:
+        raise InvalidRequestError(f"--speaker-ref: {path} is empty")
+    read_audio(data)  # raises a clear error for a file that is not audio
+    return data
 
 
 def _read_text(text: str | None) -> str:

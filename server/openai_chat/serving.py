@@ -404,3 +404,8 @@ def control(state: ServerState, completion_id: str | None, action: str | None) -
     if not any([s.end_reasoning() for s in allowed]):
         return {"success": False, "message": "no active completion for this id"}
     return {"success": True}
+
+
+def allow_control(stream: ChatStream) -> None:
+    """Let the control endpoint end this stream's reasoning (realtime responses always do)."""
+    _controllable.add(stream)

@@ -18,7 +18,7 @@ from fastapi import WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from .events import ProtocolError, event
-from .session import RealtimeSession, UnavailableSession
+from .session import RealtimeSession
 
 log = logging.getLogger("llamactl.server.realtime")
 
@@ -27,9 +27,10 @@ MAX_EVENT_BYTES = 24 * 1024 * 1024
 
 def session_kinds() -> dict[str, type[RealtimeSession]]:
     """`session.type` -> session class. Conversation sessions ("realtime") register here."""
+    from .conversation import ConversationSession
     from .transcription import TranscriptionSession
 
-    return {"transcription": TranscriptionSession}
+    return {"transcription": TranscriptionSession, "realtime": ConversationSession}
 
 
 class Connection:
@@ -88,7 +89,7 @@ class Connection:
                 await asyncio.wait_for(writer, timeout=5)
 
     def _open(self, kind: str) -> None:
-        cls = session_kinds().get(kind, UnavailableSession)
+        cls = session_kinds()[kind]
         self.session = cls(self)
         self._starting = asyncio.create_task(self._start(self.session))
 

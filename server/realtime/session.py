@@ -5,8 +5,6 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .events import ProtocolError
-
 if TYPE_CHECKING:
     from .connection import Connection
 
@@ -41,34 +39,3 @@ class RealtimeSession(abc.ABC):
 
     @abc.abstractmethod
     async def close(self) -> None: ...
-
-
-class UnavailableSession(RealtimeSession):
-    """A session kind this server cannot run (yet): every event gets an error, and a
-    `session.update` to a supported type switches over."""
-
-    kind = "realtime"
-
-    async def start(self) -> None:
-        self.conn.send_error(self._refusal())
-
-    def session_object(self) -> dict[str, Any]:
-        return {"type": self.kind}
-
-    async def update(self, session: dict[str, Any]) -> None:
-        raise self._refusal()
-
-    async def handle(self, type_: str, event: dict[str, Any]) -> None:
-        raise self._refusal()
-
-    async def close(self) -> None:
-        pass
-
-    def _refusal(self) -> ProtocolError:
-        return ProtocolError(
-            "conversation sessions (session.type 'realtime') are not available on this server "
-            "yet; connect with ?intent=transcription, or send session.update with session.type "
-            "'transcription'",
-            code="unsupported_session_type",
-            param="session.type",
-        )

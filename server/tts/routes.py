@@ -40,7 +40,10 @@ _TTS_DOC: dict[int | str, dict[str, Any]] = {
         "made, its rate in `Content-Type` (`audio/pcm;rate=N`) and `X-Sample-Rate`",
         "content": {"audio/wav": {}, "audio/pcm": {}},
     },
-    501: {"description": "`speaker_ref` given to a synthesizer that cannot clone voices"},
+    501: {
+        "description": "The configured TTS model cannot speak (`tts_model`), or `speaker_ref` "
+        "was given to a synthesizer that cannot clone voices"
+    },
 }
 _SPEECH_DOC: dict[int | str, dict[str, Any]] = {
     200: {

@@ -21,6 +21,7 @@ from llamactl.engine.audio.synth import (
     as_int16,
     open_synthesizer,
 )
+from llamactl.engine.audio.synth_mtmd import CannotSpeakError, open_mtmd_synthesizer
 
 from ..errors import APIError
 
@@ -49,15 +50,32 @@ SYNTHESIZER_FACTORY: Callable[[], Synthesizer] = open_synthesizer
 
 
 def synthesizer(app: FastAPI) -> Synthesizer:
+    """The app's synthesizer: eSpeak NG, or the configured llama.cpp TTS model (`tts_model`);
+    a model that cannot speak raises CannotSpeakError on every call (HTTP 501)."""
     synth = getattr(app.state, _ATTR, None)
+    if isinstance(synth, CannotSpeakError):
+        raise synth
     if synth is not None:
         return synth
     with _lock:
         synth = getattr(app.state, _ATTR, None)
         if synth is None:
-            synth = SYNTHESIZER_FACTORY()
+            try:
+                synth = _factory(app)()
+            except CannotSpeakError as exc:
+                synth = exc
             setattr(app.state, _ATTR, synth)
+    if isinstance(synth, CannotSpeakError):
+        raise synth
     return synth
+
+
+def _factory(app: FastAPI) -> Callable[[], Synthesizer]:
+    settings = getattr(getattr(app.state, "llamactl", None), "settings", None)
+    model = getattr(settings, "tts_model", None)
+    if model is None or SYNTHESIZER_FACTORY is not open_synthesizer:
+        return SYNTHESIZER_FACTORY
+    return lambda: open_mtmd_synthesizer(model, settings.tts_mmproj)
 
 
 @asynccontextmanager
@@ -69,7 +87,7 @@ async def tts_lifespan(app: FastAPI) -> AsyncIterator[None]:
         with _lock:
             synth = getattr(app.state, _ATTR, None)
             setattr(app.state, _ATTR, None)
-        if synth is not None:
+        if isinstance(synth, Synthesizer):
             synth.close()
 
 
@@ -86,7 +104,10 @@ async def start(
     response is started, so they become proper 400 / 501 answers."""
 
     def open_stream() -> tuple[int, Iterator[np.ndarray]]:
-        synth = synthesizer(app)
+        try:
+            synth = synthesizer(app)
+        except CannotSpeakError as exc:
+            raise APIError(501, str(exc), "not_supported_error") from None
         if speaker_ref and not synth.can_clone:
             raise APIError(
                 501,

@@ -1,0 +1,137 @@
+"""`llamactl tui`: talk with a model in the terminal (Textual app in llamactl.tui)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llamactl.cli._output import stderr_console
+from llamactl.engine.errors import LlamactlError
+
+HELP = """Talk with a model: speak or type, read and hear the answer, skip its reasoning.
+
+A full-screen client of the /v1/realtime conversation API. With no --url it starts the server
+in this process on a free port (the same server as `llamactl serve`) and stops it on exit.
+"""
+
+EPILOG = """**Examples**
+
+```
+llamactl tui                                  # local server, embedded models, default mic
+llamactl tui -m ~/models/qwen3-4b.gguf --ptt  # push to talk (ctrl+t) instead of voice activity
+llamactl tui --url http://127.0.0.1:8080 --api-key s3cret
+llamactl tui --list-devices                   # input devices for --device
+```
+
+Keys: ctrl+t talk/mute, escape interrupt, ctrl+s skip reasoning, ctrl+r show reasoning,
+f2 microphone, f3 voice activity / push to talk, ctrl+q quit. See docs/tui.md.
+"""
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tui", help=HELP, epilog=EPILOG)(tui_command)
+
+
+def tui_command(
+    url: Annotated[
+        str | None,
+        typer.Option("--url", help="A running llamactl server; none: start one in-process."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", "-m", help="Model for the local server (GGUF path, alias), or --url's."
+        ),
+    ] = None,
+    api_key: Annotated[
+        str | None, typer.Option("--api-key", help="API key for the server.")
+    ] = None,
+    device: Annotated[
+        int | None, typer.Option("--device", help="Input device number (see --list-devices).")
+    ] = None,
+    ptt: Annotated[
+        bool,
+        typer.Option("--ptt", help="Push to talk (ctrl+t starts and sends) instead of VAD."),
+    ] = False,
+    audio_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--audio-file",
+            help="Speak this audio file instead of the microphone (demos, tests).",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
+    list_devices: Annotated[
+        bool, typer.Option("--list-devices", help="List input devices and exit.")
+    ] = False,
+) -> None:
+    """Run the TUI; the local server (if any) is stopped however the app ends."""
+    if list_devices:
+        _print_devices()
+        return
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise LlamactlError("llamactl tui needs a terminal (stdin and stdout must be a TTY)")
+    try:
+        from llamactl.tui.app import ChatApp
+    except ImportError as exc:  # a broken install: textual is a dependency
+        raise LlamactlError(
+            f"the TUI needs the textual package: pip install textual ({exc})"
+        ) from None
+
+    source_factory = _source_factory(audio_file)
+    server = None
+    label = url
+    if url is None:
+        server, url = _start_local_server(model, api_key)
+        label = f"local server {url}"
+    try:
+        app = ChatApp(
+            url,
+            api_key=api_key,
+            model=model if server is None else None,
+            device=device,
+            vad=not ptt,
+            server_label=label,
+            source_factory=source_factory,
+        )
+        app.run()
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _source_factory(audio_file: Path | None):
+    from llamactl.tui.audio import FileSource, MicSource
+
+    if audio_file is None:
+        return MicSource
+    return lambda _device: FileSource(audio_file)
+
+
+def _start_local_server(model: str | None, api_key: str | None):
+    from llamactl.config import load_settings
+    from llamactl.models import resolve_model
+    from llamactl.tui.local_server import LocalServer, log_path
+
+    settings = load_settings({"model": model, "api_key": [api_key] if api_key else None})
+    resolved = resolve_model(settings)
+    server = LocalServer(settings, model_path=resolved.path)
+    console = stderr_console()
+    with console.status(f"Starting a local server with {resolved.name} (log: {log_path()})…"):
+        url = server.start()
+    return server, url
+
+
+def _print_devices() -> None:
+    from llamactl.engine.audio.capture import input_devices
+
+    devices = input_devices()
+    if not devices:
+        raise LlamactlError("no input devices were found")
+    for dev in devices:
+        mark = "  (default)" if dev["is_default"] else ""
+        typer.echo(f"{dev['index']:>3}  {dev['name']}  {dev['default_rate']} Hz{mark}")

@@ -1,0 +1,700 @@
+"""Realtime conversation sessions (`session.type: "realtime"`): speech in, answers out.
+
+The session keeps the conversation (GA items), transcribes committed user audio with the
+transcription session's stream (so commits, VAD and the "committed before its transcript"
+order are the same), and answers with `Response`s run on the shared chat engine: each
+response is one engine request, batched with every other session's, and sampled from its own
+logits row, so concurrent sessions never mix outputs.
+
+Turn taking: with `server_vad` the VAD commits each utterance and, with `create_response`,
+a response starts at once (it waits for the transcript inside). With `interrupt_response`,
+speech starting while a response is still being made or heard (by a real-time playback
+clock started at its first audio delta) is a barge-in: the response is cancelled, the
+output audio is cleared (`output_audio_buffer.cleared`) and the assistant item is cut back
+to what was heard (`conversation.item.truncated`).
+
+Stream events arrive on the speech worker's thread; they are queued and handled by one task,
+in order, because a barge-in has to wait for the cancelled response's `response.done`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import time
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from llamactl.engine.audio import (
+    Cleared,
+    Committed,
+    Completed,
+    Final,
+    SpeechStarted,
+    SpeechStopped,
+    StreamEvent,
+    StreamFailed,
+)
+from llamactl.engine.audio.load import EMBEDDED_ALIASES
+from llamactl.engine.errors import InvalidRequestError, LlamactlError
+
+from ..tts.serving import openai_voice, synthesizer
+from .conversation_config import (
+    OutputConfig,
+    RealtimeConfig,
+    apply_audio_output,
+    apply_output,
+    merge,
+    new_config,
+)
+from .events import ProtocolError, event, new_id
+from .response import Response
+from .speaker import Speaker
+from .transcription import TranscriptionSession, _decode_audio
+
+MAX_ITEMS = 4096
+MAX_METADATA = 16
+
+
+class _Item:
+    """A conversation item and what the server knows about it beyond its GA shape."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.transcribed: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self.committed_at = time.monotonic()
+        self.speaker: Speaker | None = None  # assistant audio: maps audio back to text
+
+    @property
+    def id(self) -> str:
+        return self.data["id"]
+
+
+class ConversationSession(TranscriptionSession):
+    kind = "realtime"
+
+    def __init__(self, conn: Any) -> None:
+        super().__init__(conn)
+        self.state = conn.app.state.llamactl
+        self.rt: RealtimeConfig = new_config(self.state.model_id, "")
+        self.config = self.rt.input
+        self.items: list[_Item] = []
+        self.responses: list[Response] = []
+        self._queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
+        self._pump: asyncio.Task[None] | None = None
+        self._items_by_stream: dict[int, _Item] = {}
+        self._commits_asked = 0  # manual commits sent by the client
+        self._commits_made = 0  # ... and the ones whose item exists
+        self._caught_up = asyncio.Event()
+        self._caught_up.set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        state = self.state
+        if state.chat is None:
+            raise ProtocolError(
+                "conversation sessions need a chat model: "
+                + (state.load_error or "this server's model cannot chat (or is still loading)"),
+                type_="server_error",
+                code="model_unavailable",
+            )
+        await super().start()
+        if self.live:
+            self._pump = asyncio.create_task(self._run_events())
+
+    async def close(self) -> None:
+        self._caught_up.set()
+        for response in list(self.responses):
+            if response.active:
+                await response.cancel("client_cancelled")
+        if self._pump is not None:
+            self._pump.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await super().close()
+
+    def session_object(self) -> dict[str, Any]:
+        self.rt.input = self.config
+        return self.rt.to_session(self.id)
+
+    async def update(self, session: dict[str, Any]) -> None:
+        names = set(EMBEDDED_ALIASES)
+        if self.config.model:
+            names.add(self.config.model)
+        s = self.state
+        models = {s.model_id, s.model_path.name, s.model_path.stem}
+        if isinstance(session.get("model"), str) and session["model"].startswith("gpt-"):
+            models.add(session["model"])  # OpenAI's realtime model names mean this model
+        self.rt.input = self.config
+        new = merge(self.rt, session, names, models)
+        if new.output.voice != self.rt.output.voice:
+            await self._check_voice(new.output.voice, "session.audio.output.voice")
+        if new.input.language is not None and self._service.loaded:
+            try:
+                new.input.language = self._service.transcriber.check_language(new.input.language)
+            except InvalidRequestError as exc:
+                raise ProtocolError(
+                    str(exc), param="session.audio.input.transcription.language"
+                ) from exc
+        self.rt = new
+        self.config = new.input
+        self._configure()
+
+    async def _check_voice(self, voice: str, param: str) -> None:
+        def check() -> None:
+            synth = synthesizer(self.conn.app)
+            chunks = synth.synthesize("", voice=openai_voice(voice))
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+        try:
+            await run_in_threadpool(check)
+        except InvalidRequestError as exc:
+            raise ProtocolError(f"unknown voice '{voice}': {exc}", param=param) from exc
+        except LlamactlError as exc:
+            raise ProtocolError(str(exc), type_="server_error", code="tts_unavailable") from exc
+
+    # ---------------------------------------------------------- client events
+    async def handle(self, type_: str, client_event: dict[str, Any]) -> None:
+        if type_.startswith("input_audio_buffer."):
+            await super().handle(type_, client_event)
+            if type_ == "input_audio_buffer.commit":
+                self._commits_asked += 1
+                self._caught_up.clear()
+            return
+        handler = {
+            "conversation.item.create": self._item_create,
+            "conversation.item.delete": self._item_delete,
+            "conversation.item.retrieve": self._item_retrieve,
+            "conversation.item.truncate": self._item_truncate,
+            "response.create": self._response_create,
+            "response.cancel": self._response_cancel,
+            "output_audio_buffer.clear": self._output_clear,
+        }.get(type_)
+        if handler is None:
+            raise ProtocolError(
+                f"'{type_}' is not a client event of realtime sessions",
+                code="unknown_event",
+                param="type",
+            )
+        if not self.live:
+            raise ProtocolError(
+                f"{type_} before session.created: wait for session.created",
+                code="session_not_ready",
+            )
+        # A commit's item appears once the stream reaches the commit; events sent after the
+        # commit (response.create above all) must see it, so they wait for it in order.
+        await self._caught_up.wait()
+        await handler(client_event)
+
+    # ------------------------------------------------------- conversation items
+    def _index(self, item_id: Any) -> int:
+        for i, item in enumerate(self.items):
+            if item.id == item_id:
+                return i
+        raise ProtocolError(
+            f"no conversation item with id '{item_id}'", code="item_not_found", param="item_id"
+        )
+
+    def _insert(self, item: _Item, previous: str | None = None) -> str | None:
+        """Add `item` after `previous` (None: at the end, "root": first); returns the id of
+        the item now before it."""
+        if len(self.items) >= MAX_ITEMS:
+            raise ProtocolError(
+                f"the conversation holds at most {MAX_ITEMS} items; delete some first",
+                code="conversation_full",
+            )
+        if previous is None:
+            at = len(self.items)
+        elif previous == "root":
+            at = 0
+        else:
+            at = self._index(previous) + 1
+        self.items.insert(at, item)
+        return self.items[at - 1].id if at > 0 else None
+
+    def _previous_of(self, item_id: str) -> str | None:
+        for i, item in enumerate(self.items):
+            if item.id == item_id:
+                return self.items[i - 1].id if i > 0 else None
+        return None
+
+    async def _item_create(self, ev: dict[str, Any]) -> None:
+        raw = ev.get("item")
+        if not isinstance(raw, dict):
+            raise ProtocolError("conversation.item.create needs an 'item' object", param="item")
+        previous = ev.get("previous_item_id")
+        if previous is not None and not isinstance(previous, str):
+            raise ProtocolError("previous_item_id must be a string", param="previous_item_id")
+        if previous not in (None, "root"):
+            self._index(previous)
+        data, audio = self._parse_item(raw)
+        item = _Item(data)
+        if not audio:
+            item.transcribed.set_result(0.0)
+        after = self._insert(item, previous)
+        self.conn.send(event("conversation.item.added", previous_item_id=after, item=data))
+        if audio:
+            self._spawn(self._transcribe_item(item, audio))
+        else:
+            self.conn.send(event("conversation.item.done", previous_item_id=after, item=data))
+
+    def _parse_item(self, raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[int, bytes]]]:
+        """The item in the GA shape (audio data dropped) and any input audio to transcribe."""
+        kind = raw.get("type", "message")
+        if kind != "message":
+            raise ProtocolError(
+                f"item type '{kind}' is not supported (function calls need tools, which "
+                "realtime sessions do not have yet); send message items",
+                code="unsupported_feature",
+                param="item.type",
+            )
+        role = raw.get("role")
+        allowed = {
+            "user": {"input_text", "input_audio"},
+            "system": {"input_text"},
+            "assistant": {"output_text", "output_audio", "text"},
+        }
+        if role not in allowed:
+            raise ProtocolError(
+                "item.role must be 'user', 'assistant' or 'system'", param="item.role"
+            )
+        item_id = raw.get("id") or new_id("item_")
+        if not isinstance(item_id, str) or len(item_id) > 64:
+            raise ProtocolError(
+                "item.id must be a string of at most 64 characters", param="item.id"
+            )
+        if any(i.id == item_id for i in self.items):
+            raise ProtocolError(
+                f"an item with id '{item_id}' already exists", code="item_exists", param="item.id"
+            )
+        parts = raw.get("content")
+        if not isinstance(parts, list) or not parts:
+            raise ProtocolError("item.content must be a non-empty list", param="item.content")
+        content: list[dict[str, Any]] = []
+        audio: list[tuple[int, bytes]] = []
+        for n, part in enumerate(parts):
+            param = f"item.content[{n}]"
+            if not isinstance(part, dict) or part.get("type") not in allowed[role]:
+                raise ProtocolError(
+                    f"{param}.type must be one of {sorted(allowed[role])} for a {role} message",
+                    param=f"{param}.type",
+                )
+            kind = part["type"]
+            if kind == "input_audio":
+                if part.get("transcript"):
+                    content.append(
+                        {"type": "input_audio", "transcript": _text(part, "transcript", param)}
+                    )
+                    continue
+                pcm = _decode_audio(part.get("audio"))
+                audio.append((len(content), pcm))
+                content.append({"type": "input_audio", "transcript": None})
+            elif kind == "output_audio":
+                content.append(
+                    {"type": "output_audio", "transcript": _text(part, "transcript", param)}
+                )
+            else:
+                kind = "output_text" if kind == "text" else kind
+                content.append({"type": kind, "text": _text(part, "text", param)})
+        data = {
+            "id": item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "role": role,
+            "status": "completed",
+            "content": content,
+        }
+        return data, audio
+
+    async def _transcribe_item(self, item: _Item, audio: list[tuple[int, bytes]]) -> None:
+        """Transcribe the input_audio parts of a created item (whole, not streamed)."""
+        t0 = time.monotonic()
+        loop = asyncio.get_running_loop()
+        try:
+            for index, pcm in audio:
+                done: asyncio.Future[list[str]] = loop.create_future()
+                texts: list[str] = []
+
+                def deliver(seg: Any, texts=texts, done=done) -> None:
+                    def on_loop() -> None:
+                        if done.done():
+                            return
+                        if seg is None:
+                            done.set_result(texts)
+                        elif isinstance(seg, BaseException):
+                            done.set_exception(seg)
+                        else:
+                            texts.append(seg.text.strip())
+
+                    with contextlib.suppress(RuntimeError):
+                        loop.call_soon_threadsafe(on_loop)
+
+                handle = await run_in_threadpool(
+                    self._service.submit,
+                    pcm,
+                    self.config.rate,
+                    deliver,
+                    language=self.config.language,
+                )
+                try:
+                    transcript = " ".join(t for t in await done if t)
+                finally:
+                    handle.cancel()
+                item.data["content"][index]["transcript"] = transcript
+                self.conn.send(
+                    event(
+                        "conversation.item.input_audio_transcription.completed",
+                        item_id=item.id,
+                        content_index=index,
+                        transcript=transcript,
+                        usage={
+                            "type": "duration",
+                            "seconds": round(len(pcm) / 2 / self.config.rate, 3),
+                        },
+                    )
+                )
+        except Exception as exc:
+            self.conn.send(
+                event(
+                    "conversation.item.input_audio_transcription.failed",
+                    item_id=item.id,
+                    content_index=0,
+                    error={
+                        "type": "server_error",
+                        "code": "transcription_failed",
+                        "message": str(exc),
+                    },
+                )
+            )
+        finally:
+            if not item.transcribed.done():
+                item.transcribed.set_result((time.monotonic() - t0) * 1000)
+            self.conn.send(
+                event(
+                    "conversation.item.done",
+                    previous_item_id=self._previous_of(item.id),
+                    item=item.data,
+                )
+            )
+
+    async def _item_delete(self, ev: dict[str, Any]) -> None:
+        i = self._index(ev.get("item_id"))
+        item = self.items.pop(i)
+        if not item.transcribed.done():
+            item.transcribed.set_result(0.0)
+        self.conn.send(event("conversation.item.deleted", item_id=item.id))
+
+    async def _item_retrieve(self, ev: dict[str, Any]) -> None:
+        item = self.items[self._index(ev.get("item_id"))]
+        self.conn.send(event("conversation.item.retrieved", item=item.data))
+
+    async def _item_truncate(self, ev: dict[str, Any]) -> None:
+        item = self.items[self._index(ev.get("item_id"))]
+        if item.data["role"] != "assistant" or item.speaker is None:
+            raise ProtocolError(
+                "only assistant items with audio (made in this session) can be truncated",
+                param="item_id",
+            )
+        end = ev.get("audio_end_ms")
+        if isinstance(end, bool) or not isinstance(end, int) or end < 0:
+            raise ProtocolError("audio_end_ms must be an integer >= 0", param="audio_end_ms")
+        if ev.get("content_index", 0) != 0:
+            raise ProtocolError("content_index must be 0", param="content_index")
+        total = int(item.speaker.seconds * 1000)
+        if end > total:
+            raise ProtocolError(
+                f"audio_end_ms {end} is past the end of the item's audio ({total} ms)",
+                param="audio_end_ms",
+            )
+        self._truncate(item, end)
+
+    def _truncate(self, item: _Item, audio_end_ms: int) -> None:
+        assert item.speaker is not None
+        part = item.data["content"][0] if item.data["content"] else None
+        if part is not None:
+            part["transcript"] = item.speaker.heard_text(part.get("transcript") or "", audio_end_ms)
+        self.conn.send(
+            event(
+                "conversation.item.truncated",
+                item_id=item.id,
+                content_index=0,
+                audio_end_ms=audio_end_ms,
+            )
+        )
+
+    # -------------------------------------------------------------- responses
+    def _active(self) -> Response | None:
+        for r in self.responses:
+            if r.active and r.in_conversation:
+                return r
+        return None
+
+    async def _response_create(self, ev: dict[str, Any]) -> None:
+        params = ev.get("response") or {}
+        if not isinstance(params, dict):
+            raise ProtocolError("response must be an object", param="response")
+        out = copy.deepcopy(self.rt.output)
+        apply_output(out, params, "response")
+        audio = params.get("audio")
+        if audio is not None:
+            if not isinstance(audio, dict):
+                raise ProtocolError("response.audio must be an object", param="response.audio")
+            apply_audio_output(out, audio.get("output"), "response.audio.output")
+            if out.voice != self.rt.output.voice:
+                await self._check_voice(out.voice, "response.audio.output.voice")
+        for key in ("tools", "tool_choice"):
+            if params.get(key) not in (None, [], "auto", "none"):
+                raise ProtocolError(
+                    "function tools are not supported in realtime responses yet",
+                    code="unsupported_feature",
+                    param=f"response.{key}",
+                )
+        conversation = params.get("conversation", "auto")
+        if conversation not in (None, "auto", "none"):
+            raise ProtocolError(
+                "response.conversation must be 'auto' or 'none'", param="response.conversation"
+            )
+        in_conversation = conversation != "none"
+        metadata = _metadata(params.get("metadata"))
+        inputs = self._response_inputs(params.get("input"))
+        if in_conversation and self._active() is not None:
+            raise ProtocolError(
+                "the conversation already has an active response; cancel it or wait for "
+                "response.done",
+                code="conversation_already_has_active_response",
+            )
+        self._respond(out, in_conversation, inputs, metadata)
+
+    def _response_inputs(self, value: Any) -> list[_Item] | None:
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            raise ProtocolError("response.input must be a list of items", param="response.input")
+        out: list[_Item] = []
+        for n, raw in enumerate(value):
+            if isinstance(raw, dict) and raw.get("type") == "item_reference":
+                out.append(self.items[self._index(raw.get("id"))])
+                continue
+            if not isinstance(raw, dict):
+                raise ProtocolError(f"response.input[{n}] must be an item", param="response.input")
+            data, audio = self._parse_item({**raw, "id": raw.get("id") or new_id("item_")})
+            if audio:
+                raise ProtocolError(
+                    "input_audio in response.input needs a transcript; add audio items to the "
+                    "conversation with conversation.item.create",
+                    param=f"response.input[{n}]",
+                )
+            item = _Item(data)
+            item.transcribed.set_result(0.0)
+            out.append(item)
+        return out
+
+    def _respond(
+        self,
+        out: OutputConfig,
+        in_conversation: bool = True,
+        inputs: list[_Item] | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> Response:
+        def items() -> list[_Item]:
+            return list(self.items) if inputs is None else inputs
+
+        async def wait_inputs() -> float | None:
+            waited = [i for i in items() if not i.transcribed.done()]
+            if waited:
+                await asyncio.gather(*(i.transcribed for i in waited))
+            users = [i for i in items() if i.data["role"] == "user"]
+            last = users[-1] if users else None
+            if last is not None and any(p["type"] == "input_audio" for p in last.data["content"]):
+                return last.transcribed.result()
+            return None
+
+        def add_item(data: dict[str, Any]) -> str | None:
+            item = _Item(data)
+            item.transcribed.set_result(0.0)  # nothing to wait for in an answer
+            return self._insert(item)
+
+        response: Response
+
+        def finish_item(data: dict[str, Any]) -> str | None:
+            for item in self.items:
+                if item.id == data["id"]:
+                    item.data = data
+                    item.speaker = response.speaker
+            return self._previous_of(data["id"])
+
+        response = Response(
+            state=self.state,
+            synth=lambda: synthesizer(self.conn.app),
+            send=self.conn.send,
+            out=out,
+            messages=lambda: _messages(out.instructions, items()),
+            in_conversation=in_conversation,
+            add_item=add_item,
+            finish_item=finish_item,
+            wait_inputs=wait_inputs,
+            metadata=metadata,
+        )
+        self.responses = [r for r in self.responses if r.active or r.playing(time.monotonic())]
+        self.responses.append(response)
+        response.start()
+        return response
+
+    async def _respond_after(self, active: Response | None) -> None:
+        """A VAD turn's response, once the conversation's active one (if any) is done."""
+        if active is not None and active.task is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(active.task)
+        if not self._closed and self._active() is None:
+            self._respond(copy.deepcopy(self.rt.output))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _response_cancel(self, ev: dict[str, Any]) -> None:
+        wanted = ev.get("response_id")
+        target = None
+        for r in self.responses:
+            if r.active and (r.id == wanted if wanted else r.in_conversation):
+                target = r
+        if target is None:
+            raise ProtocolError(
+                "there is no active response to cancel"
+                + (f" with id '{wanted}'" if wanted else ""),
+                code="response_cancel_not_active",
+            )
+        await target.cancel("client_cancelled")
+
+    async def _output_clear(self, ev: dict[str, Any]) -> None:
+        await self._interrupt("client_cancelled")
+
+    async def _interrupt(self, reason: str) -> bool:
+        """Barge-in: stop what is being said, clear the output audio, keep what was heard."""
+        now = time.monotonic()
+        playing = [r for r in self.responses if r.playing(now) or (r.active and r.in_conversation)]
+        for r in playing:
+            heard = r.heard_ms(now)
+            if r.active:
+                await r.cancel(reason)
+            if r.audio:
+                self.conn.send(event("output_audio_buffer.cleared", response_id=r.id))
+            if r.audio and r.in_conversation and r.speaker is not None:
+                for item in self.items:
+                    if item.id == r.item_id:
+                        self._truncate(item, min(heard, int(r.speaker.seconds * 1000)))
+        return bool(playing)
+
+    # ---------------------------------------------------------- stream events
+    def _on_event(self, ev: StreamEvent) -> None:
+        if not self._closed:
+            self._queue.put_nowait(ev)
+
+    async def _run_events(self) -> None:
+        while True:
+            ev = await self._queue.get()
+            try:
+                await self._handle_stream_event(ev)
+            except ProtocolError as exc:
+                self.conn.send_error(exc)
+
+    async def _handle_stream_event(self, ev: StreamEvent) -> None:
+        if isinstance(ev, SpeechStarted):
+            super()._on_event(ev)
+            if self.config.turn_detection is not None and self.rt.interrupt_response:
+                await self._interrupt("turn_detected")
+        elif isinstance(ev, Committed):
+            item_id = self._item_id(ev.item)
+            data = {
+                "id": item_id,
+                "object": "realtime.item",
+                "type": "message",
+                "role": "user",
+                "status": "completed",
+                "content": [{"type": "input_audio", "transcript": None}],
+            }
+            item = _Item(data)
+            previous = self._insert(item)
+            self._previous = previous
+            if not ev.auto:
+                self._commits_made += 1
+                if self._commits_made >= self._commits_asked:
+                    self._caught_up.set()
+            super()._on_event(ev)  # input_audio_buffer.committed, then any held deltas
+            self.conn.send(event("conversation.item.added", previous_item_id=previous, item=data))
+            self._items_by_stream[ev.item] = item
+            if ev.auto and self.rt.create_response:
+                # not awaited here: the active response may be waiting for a transcript that
+                # only this loop can deliver
+                self._spawn(self._respond_after(self._active()))
+        elif isinstance(ev, Completed):
+            item = self._items_by_stream.pop(ev.item, None)
+            super()._on_event(ev)
+            if item is not None:
+                item.data["content"][0]["transcript"] = ev.transcript
+                if not item.transcribed.done():
+                    item.transcribed.set_result((time.monotonic() - item.committed_at) * 1000)
+                if any(i is item for i in self.items):
+                    self.conn.send(
+                        event(
+                            "conversation.item.done",
+                            previous_item_id=self._previous_of(item.id),
+                            item=item.data,
+                        )
+                    )
+        elif isinstance(ev, (SpeechStopped, Final, Cleared, StreamFailed)):
+            if isinstance(ev, StreamFailed):
+                self._caught_up.set()
+            super()._on_event(ev)
+
+
+def _text(part: dict[str, Any], key: str, param: str) -> str:
+    value = part.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ProtocolError(f"{param}.{key} must be a string", param=f"{param}.{key}")
+    return value
+
+
+def _metadata(value: Any) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if (
+        not isinstance(value, dict)
+        or len(value) > MAX_METADATA
+        or not all(isinstance(k, str) and len(k) <= 64 for k in value)
+        or not all(isinstance(v, str) and len(v) <= 512 for v in value.values())
+    ):
+        raise ProtocolError(
+            "response.metadata must map at most 16 keys (64 characters) to strings (512)",
+            param="response.metadata",
+        )
+    return dict(value)
+
+
+def _messages(instructions: str, items: list[_Item]) -> list[dict[str, Any]]:
+    """The conversation as chat messages: instructions first, user audio as its transcript,
+    assistant audio as its (possibly truncated) transcript; empty turns are left out."""
+    messages: list[dict[str, Any]] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    for item in items:
+        data = item.data
+        texts = []
+        for part in data["content"]:
+            text = part.get("text") if "text" in part else part.get("transcript")
+            if text:
+                texts.append(text)
+        if texts:
+            messages.append({"role": data["role"], "content": " ".join(texts)})
+    return messages
+
+
+__all__ = ["ConversationSession"]

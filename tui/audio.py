@@ -1,0 +1,259 @@
+"""Audio in and out for the TUI, behind small interfaces so a file can stand in for the mic.
+
+An `AudioSource` delivers PCM16 mono blocks at `RATE` on its own thread until it is stopped
+or runs out (a file does); the app forwards them to the server and shows their level. A
+`Player` plays the answer's PCM16 as it streams in and can drop what is queued at once
+(barge-in), reporting how much of an item was actually heard (for `conversation.item.truncate`).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llamactl.engine.audio.capture import AudioDeviceError, Microphone, sounddevice_module
+from llamactl.engine.errors import LlamactlError
+
+RATE = 24000
+BLOCK_MS = 50
+
+BlockCallback = Callable[[np.ndarray], None]
+EndCallback = Callable[[], None]
+
+
+def level_dbfs(block: np.ndarray) -> float:
+    """RMS level of int16 samples in dBFS (-96 for digital silence)."""
+    if block.size == 0:
+        return -96.0
+    x = block.astype(np.float64) / 32768.0
+    rms = math.sqrt(float(np.mean(x * x)))
+    return max(-96.0, 20 * math.log10(rms)) if rms > 0 else -96.0
+
+
+class AudioSource:
+    """Blocks of int16 samples, pushed from a thread to `on_block`; `on_end` when it runs out.
+
+    `start()` raises AudioDeviceError synchronously (no microphone, PortAudio missing), so the
+    caller can show the error before any thread exists.
+    """
+
+    name = "audio"
+    rate = RATE
+    live = True  # a microphone; False: a recording, started once the session can take it
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def open(self) -> None:
+        """Acquire the device (may raise AudioDeviceError)."""
+
+    def blocks(self):  # -> Iterator[np.ndarray]
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the device."""
+
+    def start(self, on_block: BlockCallback, on_end: EndCallback) -> None:
+        self._stop.clear()
+        self.open()
+
+        def pump() -> None:
+            try:
+                for block in self.blocks():
+                    if self._stop.is_set():
+                        return
+                    on_block(block)
+            finally:
+                self.close()
+                if not self._stop.is_set():
+                    on_end()
+
+        self._thread = threading.Thread(target=pump, name=f"tui-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.close()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+
+class MicSource(AudioSource):
+    """A sounddevice input device (`device` is its index; None: the default one)."""
+
+    def __init__(self, device: int | None = None) -> None:
+        super().__init__()
+        self.device = device
+        self.name = "default microphone" if device is None else f"device {device}"
+        self._mic: Microphone | None = None
+
+    def open(self) -> None:
+        self._mic = Microphone(self.device, rate=self.rate, block_ms=BLOCK_MS).start()
+
+    def blocks(self):
+        assert self._mic is not None
+        yield from self._mic.blocks()
+
+    def close(self) -> None:
+        mic, self._mic = self._mic, None
+        if mic is not None:
+            mic.stop()
+
+
+class FileSource(AudioSource):
+    """A sound file played as if spoken: resampled to RATE, cut into blocks, paced at `speed`
+    times real time (0: as fast as possible), then `tail_s` seconds of silence (speech needs an
+    end) and the end of the source."""
+
+    def __init__(self, path: str | Path, *, speed: float = 1.0, tail_s: float = 1.0) -> None:
+        super().__init__()
+        self.live = False
+        self.path = Path(path)
+        self.name = self.path.name
+        self.speed = speed
+        self.tail_s = tail_s
+        self._samples: np.ndarray | None = None
+
+    def open(self) -> None:
+        from llamactl.engine.audio.decode import read_audio
+        from llamactl.engine.audio.pcm import resample
+
+        try:
+            audio, rate = read_audio(self.path)
+        except (OSError, ValueError, LlamactlError) as exc:
+            raise AudioDeviceError(f"cannot read {self.path}: {exc}") from None
+        audio = resample(audio, rate, self.rate)
+        tail = np.zeros(int(self.tail_s * self.rate), np.float32)
+        both = np.concatenate([audio, tail])
+        self._samples = (np.clip(both, -1, 1) * 32767).astype(np.int16)
+
+    def blocks(self):
+        assert self._samples is not None
+        step = self.rate * BLOCK_MS // 1000
+        t0 = time.monotonic()
+        for i, start in enumerate(range(0, self._samples.size, step)):
+            if self._stop.is_set():
+                return
+            if self.speed > 0:
+                due = t0 + i * BLOCK_MS / 1000 / self.speed
+                delay = due - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            yield self._samples[start : start + step]
+
+
+# ---------------------------------------------------------------------------- output
+
+
+class Player:
+    """Plays PCM16 chunks as they arrive. This base plays nothing and just counts: it is
+    what runs when no output device exists (answers are then read, not heard)."""
+
+    available = False
+    rate = RATE
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queued = bytearray()
+        self._item: str | None = None
+        self._played = 0  # samples of self._item already played
+
+    def play(self, item_id: str | None, pcm: bytes) -> None:
+        with self._lock:
+            if item_id != self._item:
+                self._item, self._played = item_id, 0
+            self._queued += pcm
+
+    def clear(self) -> tuple[str | None, int]:
+        """Drop what is queued; returns (item id, milliseconds of it that were heard)."""
+        with self._lock:
+            self._queued.clear()
+            return self._item, self._played * 1000 // self.rate
+
+    @property
+    def busy(self) -> bool:
+        with self._lock:
+            return bool(self._queued)
+
+    def _take(self, nbytes: int) -> bytes:
+        with self._lock:
+            chunk = bytes(self._queued[:nbytes])
+            del self._queued[:nbytes]
+            self._played += len(chunk) // 2
+            return chunk
+
+    def close(self) -> None:
+        with self._lock:
+            self._queued.clear()
+
+
+class SoundDevicePlayer(Player):
+    """The default output device through a PortAudio callback stream."""
+
+    available = True
+
+    def __init__(self, device: int | None = None, factory: Callable[..., Any] | None = None):
+        super().__init__()
+        make = factory or sounddevice_module().RawOutputStream
+        try:
+            self._stream = make(
+                samplerate=self.rate,
+                channels=1,
+                dtype="int16",
+                blocksize=self.rate * 20 // 1000,
+                device=device,
+                callback=self._callback,
+            )
+            self._stream.start()
+        except AudioDeviceError:
+            raise
+        except Exception as exc:  # PortAudioError: no output device
+            raise AudioDeviceError(f"cannot play audio: {exc}") from None
+
+    def _callback(self, outdata: Any, frames: int, _time: Any, _status: Any) -> None:
+        chunk = self._take(frames * 2)
+        outdata[: len(chunk)] = chunk
+        if len(chunk) < frames * 2:
+            outdata[len(chunk) :] = b"\x00" * (frames * 2 - len(chunk))
+
+    def close(self) -> None:
+        super().close()
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            try:
+                stream.stop()
+            finally:
+                stream.close()
+
+
+class CountingPlayer(Player):
+    """A player that 'plays' instantly and keeps everything: tests and headless runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.received = bytearray()
+
+    def play(self, item_id: str | None, pcm: bytes) -> None:
+        super().play(item_id, pcm)
+        self.received += pcm
+        self._take(len(pcm))
+
+
+def open_player(device: int | None = None) -> tuple[Player, str | None]:
+    """The sound device player, or the silent one and the reason there is no sound."""
+    try:
+        return SoundDevicePlayer(device), None
+    except AudioDeviceError as exc:
+        return Player(), str(exc).replace("microphone input needs", "sound output needs")
