@@ -65,6 +65,7 @@ def llamactl_runs(model: Model, args: argparse.Namespace, spec: bool) -> list[tu
         cache_ram_mib=0,
         spec_types=("ngram-simple",) if spec else (),
         spec_draft_n_max=args.n_max,
+        spec_adaptive=not args.fixed_length,
     )
     out = []
     with Engine(model, config) as engine:
@@ -138,6 +139,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="runs per setting (median reported)")
     ap.add_argument("--model", default=None, help="GGUF (default: the embedded model)")
     ap.add_argument("--only", default="llamactl,llama-server")
+    ap.add_argument(
+        "--fixed-length", action="store_true", help="llamactl: always draft --n-max tokens"
+    )
     ap.add_argument("--llama-server", default=str(LLAMA_SERVER))
     args = ap.parse_args()
     path = Path(args.model or embedded_model_path())

@@ -59,6 +59,8 @@ def make(model: Model, n_parallel: int, types: tuple[str, ...] = (), **kw) -> En
         cache_ram_mib=0,
         spec_types=types,
         spec_draft_n_max=kw.pop("n_max", 6),
+        # always draft n_max tokens: the cost-aware length depends on this machine's timings
+        spec_adaptive=kw.pop("spec_adaptive", False),
         **kw,
     )
     return Engine(model, config)
@@ -184,8 +186,26 @@ def test_long_context_drafts_give_the_same_logits(model):
 
     with make(model, 1) as eng:
         plain, plain_done = logprobs(eng, [])
-    with make(model, 2, ("ngram-simple",), n_max=8, spec_adaptive=False) as eng:
+    with make(model, 2, ("ngram-simple",), n_max=8) as eng:
         drafted, done = logprobs(eng, [prompts(model)[0]])
     assert done.timings.draft_n > 0
     assert done.token_ids == plain_done.token_ids
     assert drafted == plain
+
+
+def test_cost_aware_drafts_keep_the_tokens_and_stop_at_unprofitable_positions(model, baseline):
+    with make(model, 4, ("ngram-simple",), spec_adaptive=True) as eng:
+        assert [d.token_ids for d in run_all(eng, prompts(model))] == baseline["greedy"]
+        eng._timing.update(step=0.01, step_n=5, row=0.004, row_n=5)  # a row costs 0.4 step
+        assert eng._worth_drafting([0.9, 0.6, 0.45, 0.3], 4, 1) == 3
+        assert eng._worth_drafting([0.2, 0.1], 2, 1) == 0
+        assert eng._worth_drafting([0.2, 0.1], 2, 8) == 1  # a probe now and then
+
+
+def test_survival_follows_all_or_nothing_drafts():
+    spec = NgramSimple()
+    for _ in range(20):
+        spec.record(SeqState(), 4, 4)
+        spec.record(SeqState(), 4, 0)
+    first, *rest = spec.survival(4)
+    assert 0.4 < first < 0.6 and rest[-1] > 0.4  # once the first is kept, the rest follow

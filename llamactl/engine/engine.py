@@ -10,7 +10,6 @@ greedy output does not depend on what else is being served.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 import time
@@ -812,15 +811,15 @@ class Engine:
             best_gain = 0.0
             slot.spec.rounds += 1
             for spec in self.speculators:
-                rate = spec.rate(slot.spec)
-                n = self._worth_drafting(rate, n_max, slot.spec.rounds)
+                survival = self._scaled_survival(spec, slot.spec, n_max)
+                n = self._worth_drafting(survival, n_max, slot.spec.rounds)
                 if n < n_min:
                     continue
                 if isinstance(spec, DraftModel):
-                    draft, gain = [], rate * n
+                    draft, gain = [], sum(survival[:n])
                 else:
                     draft = spec.draft(slot.spec, history, n)
-                    gain = rate * len(draft) if len(draft) >= n_min else 0.0
+                    gain = sum(survival[: len(draft)]) if len(draft) >= n_min else 0.0
                 if gain > best_gain:
                     best, best_draft, best_gain = spec, draft, gain
                     if isinstance(spec, DraftModel):
@@ -842,20 +841,30 @@ class Engine:
                     out[slot.seq_id] = (drafter, draft)
         return out
 
-    def _worth_drafting(self, rate: float, n_max: int, rounds: int) -> int:
-        """How many draft tokens pay for their rows. Position i of a draft is kept with
-        probability about rate**i and costs `row_cost` of a step (a share measured on this
-        machine: near 0 where decoding is memory-bound, most of a step on a small CPU), so the
-        draft stops where rate**i falls below it. A speculator too poor to draft still gets
-        a one-token probe every 8 rounds, so its rate can recover."""
+    @staticmethod
+    def _scaled_survival(spec: Speculator, seq: SeqState, n: int) -> list[float]:
+        """The speculator's per-position survival, scaled by how this request's drafts fare
+        against its overall record (expected accepted tokens = the sum over the draft)."""
+        survival = spec.survival(n)
+        g = spec.stats
+        overall = (g.accepted + 1) / (g.drafted + 2)
+        scale = spec.rate(seq) / overall
+        return [min(1.0, p * scale) for p in survival]
+
+    def _worth_drafting(self, survival: list[float], n_max: int, rounds: int) -> int:
+        """How many draft tokens pay for their rows: position i is kept with probability
+        survival[i] and costs `row_cost` of a step (a share measured on this machine: near 0
+        where decoding is memory-bound, much of a step on a small CPU). A speculator too poor
+        to draft still gets a one-token probe every 8 rounds, so its record can recover."""
         if not self.config.spec_adaptive:
             return n_max
         cost = self._row_cost()
-        if rate <= cost:
-            return 1 if rounds % 8 == 0 else 0
-        if rate >= 1.0:
-            return n_max
-        return max(1, min(n_max, int(math.log(cost) / math.log(rate))))
+        n = 0
+        while n < n_max and survival[n] > cost:
+            n += 1
+        if n == 0 and rounds % 8 == 0:
+            return 1
+        return n
 
     def _row_cost(self) -> float:
         """Cost of one more row in a generation step, as a share of the step (prior 0.3)."""

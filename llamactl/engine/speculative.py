@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("llamactl.engine")
 
 SPEC_TYPES = ("ngram-simple", "ngram-cache", "draft-simple")  # also the tie-break order
+MAX_DRAFT = 48  # a draft and its pending row stay under 64 rows (one flash-attention kernel)
 
 
 @dataclass
@@ -40,12 +41,18 @@ class SpecStats:
     drafted: int = 0  # tokens drafted
     accepted_drafts: int = 0  # drafts with at least one token kept
     accepted: int = 0  # tokens kept
+    # per draft position: how often it was checked (all before it kept) and kept
+    reached: list[int] = field(default_factory=lambda: [0] * MAX_DRAFT)
+    kept: list[int] = field(default_factory=lambda: [0] * MAX_DRAFT)
 
     def add(self, n_drafted: int, n_accepted: int) -> None:
         self.drafts += 1
         self.drafted += n_drafted
         self.accepted += n_accepted
         self.accepted_drafts += n_accepted > 0
+        for i in range(min(n_drafted, n_accepted + 1, MAX_DRAFT)):
+            self.reached[i] += 1
+            self.kept[i] += i < n_accepted
 
 
 @dataclass
@@ -75,6 +82,20 @@ class Speculator:
             return prior
         return (own.accepted + 4 * prior) / (own.drafted + 4)
 
+    def survival(self, n: int) -> list[float]:
+        """Probability that draft positions 1..n are all kept up to each one: the product of
+        each position's keep rate given the ones before were kept (drafts are often all or
+        nothing, which a single acceptance rate would miss)."""
+        g = self.stats
+        out, p, prior = [], 1.0, 0.5
+        for i in range(n):
+            # a position seldom checked yet borrows the keep rate of the one before it
+            keep = (g.kept[i] + 2 * prior) / (g.reached[i] + 2)
+            p *= keep
+            out.append(p)
+            prior = keep
+        return out
+
     def draft(self, seq: SeqState, history: list[int], n_max: int) -> list[int]:
         raise NotImplementedError
 
@@ -88,7 +109,7 @@ class NgramSimple(Speculator):
     (in its prompt or its output) and propose what followed it."""
 
     name = "ngram-simple"
-    sizes = (4, 3, 2)
+    sizes = (4, 3)
 
     def draft(self, seq: SeqState, history: list[int], n_max: int) -> list[int]:
         n = len(history)
