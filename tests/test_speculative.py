@@ -56,7 +56,7 @@ def make(model: Model, n_parallel: int, types: tuple[str, ...] = (), **kw) -> En
     config = EngineConfig(
         n_parallel=n_parallel,
         n_ctx=n_parallel * 1024,
-        cache_ram_mib=0,
+        cache_ram_mib=kw.pop("cache_ram_mib", 0),
         spec_types=types,
         spec_draft_n_max=kw.pop("n_max", 6),
         # always draft n_max tokens: the cost-aware length depends on this machine's timings
@@ -209,3 +209,23 @@ def test_survival_follows_all_or_nothing_drafts():
         spec.record(SeqState(), 4, 0)
     first, *rest = spec.survival(4)
     assert 0.4 < first < 0.6 and rest[-1] > 0.4  # once the first is kept, the rest follow
+
+
+def test_the_draft_models_sequence_travels_with_a_cached_state(model):
+    ps = prompts(model)
+
+    def run(engine: Engine, prompt: list[int]):
+        return engine.submit(GenerationRequest(prompt, GREEDY, max_tokens=8)).collect()[1][0]
+
+    config = dict(cache_ram_mib=64, model_draft=embedded_model_path())
+    with make(model, 1, ("draft-simple",), **config) as eng:
+        first = run(eng, ps[0])
+        run(eng, model.tokenize("Something else. " * 3))
+        entry = eng.cache.entries[0]
+        assert entry.draft_state is not None and entry.draft_tokens
+        follow = ps[0] + list(first.token_ids[:-1])
+        again = run(eng, follow)
+        assert again.usage.cached_tokens == len(follow) - 1
+        assert eng.cache.stats.restores == 1
+        drafter = eng.speculators[0]
+        assert drafter.tokens[0][: len(entry.draft_tokens) - 8] == entry.draft_tokens[:-8]

@@ -571,6 +571,11 @@ class Engine:
         if state is None:
             return
         entry = CacheEntry(list(slot.kv_tokens), state, self.cache.layout, list(slot.checkpoints))
+        drafter = self._drafter()
+        if drafter is not None and drafter.tokens[slot.seq_id]:
+            entry.draft_state = save_seq(drafter.ctx, slot.seq_id)
+            if entry.draft_state is not None:
+                entry.draft_tokens = list(drafter.tokens[slot.seq_id])
         if self.cache.add(entry):
             log.debug("prompt cache: saved %d tokens of slot %d", n, slot.seq_id)
 
@@ -587,6 +592,13 @@ class Engine:
             return 0
         slot.kv_tokens = list(entry.tokens)
         slot.checkpoints = list(entry.checkpoints)
+        drafter = self._drafter()
+        if drafter is not None and entry.draft_state is not None:
+            drafter.clear(slot.seq_id)
+            if load_seq(drafter.ctx, slot.seq_id, entry.draft_state):
+                drafter.tokens[slot.seq_id] = list(entry.draft_tokens)
+            else:
+                drafter.clear(slot.seq_id)
         lcp = common_prefix(entry.tokens, prompt)
         self.cache.stats.tokens_restored += lcp
         log.debug("prompt cache: restored %d tokens into slot %d", len(entry.tokens), slot.seq_id)
@@ -840,6 +852,9 @@ class Engine:
                 if len(draft) >= n_min:
                     out[slot.seq_id] = (drafter, draft)
         return out
+
+    def _drafter(self) -> DraftModel | None:
+        return next((s for s in self.speculators if isinstance(s, DraftModel)), None)
 
     @staticmethod
     def _scaled_survival(spec: Speculator, seq: SeqState, n: int) -> list[float]:

@@ -37,7 +37,8 @@ class CacheEntry:
     state: ctypes.Array
     layout: tuple
     checkpoints: list[Checkpoint] = field(default_factory=list)
-    draft_state: ctypes.Array | None = None
+    draft_state: ctypes.Array | None = None  # the draft model's sequence, when there is one
+    draft_tokens: list[int] = field(default_factory=list)
     created: float = field(default_factory=time.monotonic)
 
     @property
