@@ -31,6 +31,7 @@ else:  # pragma: no cover - Python 3.10
 
 ENV_PREFIX = "LLAMACTL_"
 FlashAttn = Literal["auto", "on", "off"]
+KvType = Literal["bf16", "f16", "q8_0"]
 SourceKind = Literal["default", "file", "env", "cli"]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -97,6 +98,18 @@ class Settings:
     alias: str | None = None
     kv_unified: bool = False
     flash_attn: FlashAttn = "on"
+    cache_type: KvType = "bf16"  # KV cache element type (bf16 keeps outputs batch-invariant)
+    # Prompt cache, checkpoints, speculative decoding (serve)
+    cache_ram: int | None = None  # MiB; -1 no limit, 0 off; None: 8192 (off for decision models)
+    cache_idle_slots: bool = True
+    slot_prompt_similarity: float = 0.10
+    ctx_checkpoints: int = 32
+    checkpoint_min_step: int = 8192
+    spec_type: list[str] = field(default_factory=list)  # ngram-simple, ngram-cache, draft-simple
+    model_draft: str | None = None
+    spec_draft_n_max: int = 3
+    spec_draft_n_min: int = 0
+    spec_draft_p_min: float = 0.0
     chat_template_file: Path | None = None  # a Jinja file that replaces the model's template
     # Router mode (`serve --models-dir/--models-preset`): many models, each in a child process
     models_preset: Path | None = None  # TOML file of named models with their own settings
@@ -164,6 +177,13 @@ _LIMITS: dict[str, tuple[float | None, float | None]] = {
     "transcribe_threads": (0, None),
     "models_max": (0, None),
     "sleep_idle_seconds": (-1.0, None),
+    "cache_ram": (-1, None),
+    "slot_prompt_similarity": (0.0, 1.0),
+    "ctx_checkpoints": (0, None),
+    "checkpoint_min_step": (0, None),
+    "spec_draft_n_max": (1, 48),
+    "spec_draft_n_min": (0, 48),
+    "spec_draft_p_min": (0.0, 1.0),
 }
 
 

@@ -105,6 +105,7 @@ def metrics(request: Request) -> PlainTextResponse:
         ("slots_total", "gauge", "Slots", eng.config.n_parallel),
         ("uptime_seconds", "gauge", "Seconds since the server started", uptime),
     ]
+    rows += _cache_rows(eng)
     lines = []
     for name, kind, help_text, value in rows:
         lines += [
@@ -112,6 +113,43 @@ def metrics(request: Request) -> PlainTextResponse:
             f"# TYPE llamactl:{name} {kind}",
             f"llamactl:{name} {value}",
         ]
+    lines += _speculator_lines(eng)
     for route, count in sorted(state.metrics.http_requests.items()):
         lines.append(f'llamactl:http_requests_total{{route="{route}"}} {count}')
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+
+def _cache_rows(eng) -> list[tuple[str, str, str, float]]:
+    """The prompt cache's and checkpoints' counters (none when the cache is off)."""
+    rows: list[tuple[str, str, str, float]] = [
+        ("checkpoints_total", "counter", "Context checkpoints made", eng.stats.checkpoints_made)
+    ]
+    cache = eng.cache
+    if cache is None:
+        return rows
+    st = cache.stats
+    return rows + [
+        ("prompt_cache_entries", "gauge", "Sequence states in the RAM cache", len(cache)),
+        ("prompt_cache_bytes", "gauge", "Bytes held by the RAM prompt cache", cache.nbytes),
+        ("prompt_cache_saves_total", "counter", "States saved to the cache", st.saves),
+        ("prompt_cache_restores_total", "counter", "States restored from the cache", st.restores),
+        ("prompt_cache_evictions_total", "counter", "States evicted for room", st.evictions),
+    ]
+
+
+def _speculator_lines(eng) -> list[str]:
+    """Per-speculator counters, labelled by type (none without --spec-type)."""
+    if not eng.speculators:
+        return []
+    metrics = [
+        ("spec_drafts_total", "Drafts verified", "drafts"),
+        ("spec_drafts_accepted_total", "Drafts with at least one token kept", "accepted_drafts"),
+        ("spec_tokens_drafted_total", "Tokens drafted", "drafted"),
+        ("spec_tokens_accepted_total", "Drafted tokens kept", "accepted"),
+    ]
+    lines = []
+    for name, help_text, attr in metrics:
+        lines += [f"# HELP llamactl:{name} {help_text}", f"# TYPE llamactl:{name} counter"]
+        for spec in eng.speculators:
+            lines.append(f'llamactl:{name}{{type="{spec.name}"}} {getattr(spec.stats, attr)}')
+    return lines

@@ -17,6 +17,7 @@ from llamactl.config import Settings
 from llamactl.engine.conversation import ChatModel, ChatStream
 from llamactl.engine.engine import Engine, EngineConfig
 from llamactl.engine.model import Model
+from llamactl.models import resolve_model
 
 log = logging.getLogger("llamactl.server")
 
@@ -132,5 +133,20 @@ def _default_engine(state: ServerState) -> Engine:
         kv_unified=s.kv_unified,
         flash_attn=s.flash_attn != "off",
         max_queue=s.max_queue,
+        kv_type=s.cache_type,
+        cache_ram_mib=s.cache_ram,
+        cache_idle_slots=s.cache_idle_slots,
+        slot_prompt_similarity=s.slot_prompt_similarity,
+        ctx_checkpoints=s.ctx_checkpoints,
+        checkpoint_min_step=s.checkpoint_min_step,
+        spec_types=tuple(s.spec_type),
+        model_draft=resolve_model(s, s.model_draft).path if s.model_draft else None,
+        spec_draft_n_max=s.spec_draft_n_max,
+        spec_draft_n_min=s.spec_draft_n_min,
+        spec_draft_p_min=s.spec_draft_p_min,
     )
-    return Engine(model, config)
+    try:
+        return Engine(model, config)
+    except BaseException:
+        model.close()
+        raise

@@ -204,3 +204,52 @@ def test_async_iteration(engine, model):
 
     sync_text, _ = run(engine, chat_prompt(model, "Hi"), sampling=GREEDY, max_tokens=6)
     assert asyncio.run(main()) == sync_text
+
+
+def test_long_prompts_of_unequal_lengths_together_equal_their_solo_runs(model):
+    """Chunks of 64 rows or more are computed by another flash-attention kernel: the engine
+    decodes them alone, so a long prompt gives the same tokens whatever joins its batch."""
+    story = "Once upon a time a cat and a dog lived in a small house by the sea. "
+    prompts = [chat_prompt(model, story * k + f"Continue the story {k}.") for k in (3, 4, 5, 6)]
+    assert all(len(p) >= 64 for p in prompts)
+    with Engine(model, EngineConfig(n_parallel=1, n_ctx=2048)) as solo_engine:
+        solo = [
+            run(solo_engine, p, sampling=GREEDY, max_tokens=12, cache_prompt=False)[1]
+            for p in prompts
+        ]
+    with Engine(model, EngineConfig(n_parallel=4, n_ctx=4 * 2048)) as eng:
+        streams = [
+            eng.submit(GenerationRequest(p, GREEDY, max_tokens=12, cache_prompt=False))
+            for p in prompts
+        ]
+        together = [s.collect()[1][0] for s in streams]
+    for alone, batched in zip(solo, together, strict=True):
+        assert batched.token_ids == alone.token_ids
+
+
+def test_long_context_logits_do_not_depend_on_other_slots(model):
+    """Past 256 tokens, a lone decode and one batched with other slots take the same
+    flash-attention kernel (the bf16 KV cache): every token's log-probability is the same
+    float alone and in company."""
+    story = "Once upon a time a cat and a dog lived in a small house by the sea. "
+    long = chat_prompt(model, story * 18 + "Continue the story.")
+    assert len(long) > 300
+    others = [chat_prompt(model, f"Write two sentences about {t}.") for t in TOPICS[:2]]
+
+    def logprobs(engine: Engine, company: list[list[int]]) -> list[float]:
+        streams = [
+            engine.submit(GenerationRequest(p, GREEDY, max_tokens=24, logprobs=0))
+            for p in [long, *company]
+        ]
+        values = [
+            lp[0].logprob for e in streams[0] if isinstance(e, TextDelta) for lp in e.logprobs
+        ]
+        for s in streams[1:]:
+            s.collect()
+        return values
+
+    with Engine(model, EngineConfig(n_parallel=1, n_ctx=2048)) as solo_engine:
+        alone = logprobs(solo_engine, [])
+    with Engine(model, EngineConfig(n_parallel=3, n_ctx=3 * 2048)) as eng:
+        together = logprobs(eng, others)
+    assert together == alone

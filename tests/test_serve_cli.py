@@ -197,6 +197,10 @@ def test_bad_flag_values() -> None:
     level = CliRunner().invoke(app, ["serve", "--log-level", "loud"])
     assert level.exit_code == 2
     assert "expected one of debug, info, warning, error" in level.output
+    spec = CliRunner().invoke(app, ["serve", "--spec-type", "ngram-simple,magic"])
+    assert spec.exit_code == 2 and "unknown speculator type(s) magic" in spec.output
+    ram = run_cli("serve", "--cache-ram", "-5")
+    assert ram.returncode == 1 and "cache_ram" in ram.stderr
 
 
 def test_help_lists_every_flag() -> None:

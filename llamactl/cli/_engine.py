@@ -77,6 +77,7 @@ def _load(settings: Settings, resolved: ResolvedModel, n_parallel: int) -> Loade
                 n_threads=settings.threads,
                 kv_unified=settings.kv_unified,
                 flash_attn=settings.flash_attn != "off",
+                kv_type=settings.cache_type,
             ),
         )
     except BaseException:

@@ -14,6 +14,8 @@ from llamactl.config import load_settings
 _SERVER = "Server"
 _MODEL = "Model and engine"
 _ROUTER = "Router: many models, one child process each"
+_CACHE = "Prompt cache and checkpoints"
+_SPEC = "Speculative decoding"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 EPILOG = """
@@ -91,6 +93,96 @@ def serve_command(
             "--kv-unified/--no-kv-unified",
             help="One KV buffer for all slots (outputs then vary with load).",
             rich_help_panel=_MODEL,
+        ),
+    ] = None,
+    cache_type: Annotated[
+        str | None,
+        typer.Option(
+            "--cache-type",
+            "-ctk",
+            help="KV cache type: bf16 (outputs independent of batching), f16 or q8_0 [bf16].",
+            rich_help_panel=_CACHE,
+        ),
+    ] = None,
+    cache_ram: Annotated[
+        int | None,
+        typer.Option(
+            "--cache-ram",
+            "-cram",
+            help="RAM prompt cache in MiB [8192; -1: no limit; 0: off; decision models: off].",
+            rich_help_panel=_CACHE,
+        ),
+    ] = None,
+    cache_idle_slots: Annotated[
+        bool | None,
+        typer.Option(
+            "--cache-idle-slots/--no-cache-idle-slots",
+            help="Save an idle slot's prompt to the cache before a new request takes it [on].",
+            rich_help_panel=_CACHE,
+        ),
+    ] = None,
+    slot_prompt_similarity: Annotated[
+        float | None,
+        typer.Option(
+            "--slot-prompt-similarity",
+            "-sps",
+            help="Reuse the idle slot sharing more than this share of a prompt [0.10; 0: LRU].",
+            rich_help_panel=_CACHE,
+        ),
+    ] = None,
+    ctx_checkpoints: Annotated[
+        int | None,
+        typer.Option(
+            "--ctx-checkpoints",
+            "-ctxcp",
+            help="Checkpoints per slot for hybrid/recurrent/SWA models [32].",
+            rich_help_panel=_CACHE,
+        ),
+    ] = None,
+    checkpoint_min_step: Annotated[
+        int | None,
+        typer.Option(
+            "--checkpoint-min-step",
+            "-cms",
+            help="Tokens between checkpoints, the last user message aside [8192].",
+            rich_help_panel=_CACHE,
+        ),
+    ] = None,
+    spec_type: Annotated[
+        str | None,
+        typer.Option(
+            "--spec-type",
+            help="Speculators, comma-separated: ngram-simple, ngram-cache, draft-simple [none].",
+            rich_help_panel=_SPEC,
+        ),
+    ] = None,
+    model_draft: Annotated[
+        str | None,
+        typer.Option(
+            "--model-draft",
+            "-md",
+            help="Draft model for draft-simple (same vocabulary as --model).",
+            rich_help_panel=_SPEC,
+        ),
+    ] = None,
+    spec_draft_n_max: Annotated[
+        int | None,
+        typer.Option(
+            "--spec-draft-n-max", help="Most tokens per draft [3].", rich_help_panel=_SPEC
+        ),
+    ] = None,
+    spec_draft_n_min: Annotated[
+        int | None,
+        typer.Option(
+            "--spec-draft-n-min", help="Shorter drafts are dropped [0].", rich_help_panel=_SPEC
+        ),
+    ] = None,
+    spec_draft_p_min: Annotated[
+        float | None,
+        typer.Option(
+            "--spec-draft-p-min",
+            help="Draft model: stop drafting below this probability [0.0].",
+            rich_help_panel=_SPEC,
         ),
     ] = None,
     chat_template_file: Annotated[
@@ -202,6 +294,17 @@ def serve_command(
             "threads": threads,
             "batch_size": batch_size,
             "kv_unified": kv_unified,
+            "cache_type": cache_type,
+            "cache_ram": cache_ram,
+            "cache_idle_slots": cache_idle_slots,
+            "slot_prompt_similarity": slot_prompt_similarity,
+            "ctx_checkpoints": ctx_checkpoints,
+            "checkpoint_min_step": checkpoint_min_step,
+            "spec_type": _split_list(spec_type),
+            "model_draft": model_draft,
+            "spec_draft_n_max": spec_draft_n_max,
+            "spec_draft_n_min": spec_draft_n_min,
+            "spec_draft_p_min": spec_draft_p_min,
             "chat_template_file": chat_template_file,
             "api_key": keys,
             "api_key_file": api_key_file,
@@ -218,6 +321,13 @@ def serve_command(
     if models_dir is not None or settings.models_preset is not None:
         _serve_router(settings, models_dir is not None, log_level)
         return
+    from llamactl.engine.errors import InvalidRequestError
+    from llamactl.engine.speculative import parse_spec_types
+
+    try:
+        parse_spec_types(settings.spec_type)
+    except InvalidRequestError as e:
+        raise typer.BadParameter(str(e), param_hint="--spec-type") from None
     resolved = resolve_model(settings)
     settings.resolved_api_keys()  # a missing key file is an error now, not at the first request
     app = create_app(settings, model_path=resolved.path)
@@ -228,6 +338,10 @@ def serve_command(
         f"({settings.parallel} slots{', API keys required' if app.state.llamactl.api_keys else ''})"
     )
     _run(app, settings.host, settings.port, log_level)
+
+
+def _split_list(text: str | None) -> list[str] | None:
+    return [part.strip() for part in text.split(",") if part.strip()] if text else None
 
 
 def _serve_router(settings, scan_dir: bool, log_level: str) -> None:

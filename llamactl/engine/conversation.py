@@ -24,6 +24,7 @@ from .chat import (
     tool_call_format,
     tool_call_grammar,
 )
+from .chat.spans import message_delimiters, tokenize_delimiters, user_starts
 from .engine import Engine, GenerationRequest, ReasoningSpec
 from .errors import InvalidRequestError
 from .stream import GenerationStream
@@ -83,6 +84,11 @@ class ChatModel:
             tool_call_format(self.template_source) or ToolCallFormat.HERMES
         )
         self._end_tokens: tuple[int, ...] | None = None
+        model = engine.model
+        self._delimiters = tokenize_delimiters(
+            message_delimiters(self.template_source),
+            lambda t: model.tokenize(t, add_special=False, parse_special=True),
+        )
 
     def render(self, req: ChatRequest) -> RenderedChat:
         if not req.messages:
@@ -151,6 +157,7 @@ class ChatModel:
                 # Call markers are often control tokens ([TOOL_CALLS], <|tool_call|>...).
                 render_special=self._renders_special() or self.calls_tools(req),
                 reasoning=self._reasoning_spec(rendered, req),
+                user_starts=user_starts(rendered.tokens, self._delimiters),
             )
         )
         return ChatStream(self, stream, rendered, req)

@@ -52,6 +52,8 @@ class Timings:
     predicted_n: int = 0
     predicted_ms: float = 0.0
     cache_n: int = 0
+    draft_n: int | None = None  # tokens drafted by speculators (None: speculation is off)
+    draft_n_accepted: int | None = None  # of those, the tokens kept
 
     @property
     def prompt_per_second(self) -> float:
@@ -62,7 +64,7 @@ class Timings:
         return self.predicted_n / (self.predicted_ms / 1000.0) if self.predicted_ms > 0 else 0.0
 
     def as_dict(self) -> dict[str, float | int]:
-        return {
+        out: dict[str, float | int] = {
             "cache_n": self.cache_n,
             "prompt_n": self.prompt_n,
             "prompt_ms": self.prompt_ms,
@@ -71,6 +73,10 @@ class Timings:
             "predicted_ms": self.predicted_ms,
             "predicted_per_second": self.predicted_per_second,
         }
+        if self.draft_n is not None:
+            out["draft_n"] = self.draft_n
+            out["draft_n_accepted"] = self.draft_n_accepted or 0
+        return out
 
 
 @dataclass(frozen=True)

@@ -151,6 +151,9 @@ def timings_of(requests: list[list[Done]]) -> dict[str, float | int]:
         predicted_ms=max((d.timings.predicted_ms for d in dones), default=0.0),
         cache_n=sum(d.timings.cache_n for d in dones if d.index == 0),
     )
+    if dones[0].timings.draft_n is not None:
+        total.draft_n = sum(d.timings.draft_n or 0 for d in dones)
+        total.draft_n_accepted = sum(d.timings.draft_n_accepted or 0 for d in dones)
     return total.as_dict()
 
 

@@ -283,6 +283,8 @@ class Timings(BaseModel):
     predicted_n: int
     predicted_ms: float
     predicted_per_second: float
+    draft_n: int | None = Field(None, description="Tokens drafted (with --spec-type only)")
+    draft_n_accepted: int | None = Field(None, description="Drafted tokens kept")
 
 
 class ChatCompletion(BaseModel):

@@ -1,0 +1,231 @@
+"""Speculative decoding on the real embedded model: every speculator gives exactly the tokens of
+a run without speculation, at 1 and 4 slots, and its acceptance counters move."""
+
+from __future__ import annotations
+
+import pytest
+
+from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
+from llamactl.engine.errors import InvalidRequestError
+from llamactl.engine.model import Model
+from llamactl.engine.speculative import NgramCache, NgramSimple, SeqState, parse_spec_types
+from llamactl.engine.types import SamplingParams, TextDelta
+from llamactl.models import embedded_model_path
+
+GREEDY = SamplingParams(temperature=0.0)
+SEEDED = SamplingParams(temperature=0.9, seed=7)
+CODE = """def add(a, b):
+    return a + b
+
+def mul(a, b):
+    result = 0
+    for i in range(b):
+        result = add(result, a)
+    return result
+"""
+TASKS = ["with type hints", "with docstrings", "in one line each", "with comments"]
+
+
+@pytest.fixture(scope="module")
+def model() -> Model:
+    return Model(embedded_model_path())
+
+
+def prompts(model: Model) -> list[list[int]]:
+    return [
+        model.tokenize(
+            f"<|im_start|>user\nRewrite this code {task}:\n{CODE}<|im_end|>\n"
+            "<|im_start|>assistant\n",
+            add_special=False,
+        )
+        for task in TASKS
+    ]
+
+
+def run_all(engine: Engine, ps: list[list[int]], sampling=GREEDY, max_tokens: int = 40):
+    streams = [
+        engine.submit(GenerationRequest(p, sampling, max_tokens=max_tokens, cache_prompt=False))
+        for p in ps
+    ]
+    return [s.collect()[1][0] for s in streams]
+
+
+def make(model: Model, n_parallel: int, types: tuple[str, ...] = (), **kw) -> Engine:
+    if "draft-simple" in types:
+        kw.setdefault("model_draft", embedded_model_path())  # its own draft: valid, if slow
+    config = EngineConfig(
+        n_parallel=n_parallel,
+        n_ctx=n_parallel * 1024,
+        cache_ram_mib=kw.pop("cache_ram_mib", 0),
+        spec_types=types,
+        spec_draft_n_max=kw.pop("n_max", 6),
+        # always draft n_max tokens: the cost-aware length depends on this machine's timings
+        spec_adaptive=kw.pop("spec_adaptive", False),
+        **kw,
+    )
+    return Engine(model, config)
+
+
+@pytest.fixture(scope="module")
+def baseline(model):
+    with make(model, 4) as eng:
+        return {
+            "greedy": [d.token_ids for d in run_all(eng, prompts(model))],
+            "seeded": [d.token_ids for d in run_all(eng, prompts(model)[:2], SEEDED)],
+        }
+
+
+@pytest.mark.parametrize("types", [("ngram-simple",), ("ngram-cache",), ("draft-simple",)])
+@pytest.mark.parametrize("n_parallel", [1, 4])
+def test_speculation_gives_the_same_tokens(model, baseline, types, n_parallel):
+    ps = prompts(model)
+    with make(model, n_parallel, types) as eng:
+        dones = run_all(eng, ps)
+        assert [d.token_ids for d in dones] == baseline["greedy"]
+        spec = eng.speculators[0]
+        assert spec.name == types[0]
+        if types != ("ngram-cache",):  # the n-gram cache may not have seen enough yet
+            assert spec.stats.drafts > 0 and spec.stats.accepted > 0
+        assert sum(d.timings.draft_n for d in dones) == spec.stats.drafted
+        assert sum(d.timings.draft_n_accepted for d in dones) == spec.stats.accepted
+        for d in dones:
+            assert d.usage.completion_tokens == len(d.token_ids) <= 40
+
+
+def test_all_speculators_chained_at_four_slots(model, baseline):
+    types = ("ngram-simple", "ngram-cache", "draft-simple")
+    with make(model, 4, types) as eng:
+        assert [d.token_ids for d in run_all(eng, prompts(model))] == baseline["greedy"]
+        assert sum(s.stats.drafts for s in eng.speculators) > 0
+
+
+def test_seeded_sampling_is_unchanged_by_speculation(model, baseline):
+    with make(model, 2, ("ngram-simple",)) as eng:
+        dones = run_all(eng, prompts(model)[:2], SEEDED)
+    assert [d.token_ids for d in dones] == baseline["seeded"]
+
+
+def test_max_tokens_and_stops_are_exact_with_drafts(model):
+    p = prompts(model)[0]
+    with make(model, 1, ("ngram-simple",), n_max=8) as eng:
+        for limit in (1, 3, 7):
+            d = run_all(eng, [p], max_tokens=limit)[0]
+            assert d.usage.completion_tokens == limit and d.finish_reason == "length"
+        text, dones = eng.submit(
+            GenerationRequest(p, GREEDY, max_tokens=60, stop=("return",), cache_prompt=False)
+        ).collect()
+        assert dones[0].finish_reason == "stop" and "return" not in text[0]
+    with make(model, 1) as eng:
+        plain, _ = eng.submit(
+            GenerationRequest(p, GREEDY, max_tokens=60, stop=("return",), cache_prompt=False)
+        ).collect()
+    assert text == plain
+
+
+def test_no_speculation_reports_no_draft_timings(model):
+    with make(model, 1) as eng:
+        d = run_all(eng, prompts(model)[:1], max_tokens=2)[0]
+    assert d.timings.draft_n is None and "draft_n" not in d.timings.as_dict()
+
+
+def test_prompt_lookup_and_ngram_cache_drafts():
+    seq = SeqState()
+    history = [1, 2, 3, 4, 5, 9, 9, 1, 2, 3]
+    assert NgramSimple().draft(seq, history, 3) == [4, 5, 9]
+    assert NgramSimple().draft(SeqState(), [1, 2, 3], 3) == []
+    cache = NgramCache(min_hits=2)
+    text = [7, 8, 9, 10] * 3 + [7, 8]
+    assert cache.draft(SeqState(), text, 4) == [9, 10, 7, 8]
+
+
+def test_the_speculator_with_the_better_record_wins():
+    good, bad = NgramSimple(), NgramCache()
+    seq = SeqState()
+    for _ in range(5):
+        good.record(seq, 4, 4)
+        bad.record(seq, 4, 0)
+    assert good.rate(seq) * 3 > bad.rate(seq) * 6  # a short good draft beats a long bad one
+
+
+def test_spec_types_are_validated(model):
+    assert parse_spec_types(["draft-simple", "ngram-simple", "none"]) == (
+        "ngram-simple",
+        "draft-simple",
+    )
+    with pytest.raises(InvalidRequestError, match="unknown speculator"):
+        parse_spec_types(["ngram-magic"])
+    with pytest.raises(InvalidRequestError, match="--model-draft"):
+        Engine(model, EngineConfig(n_parallel=1, n_ctx=512, spec_types=("draft-simple",)))
+
+
+def test_long_context_drafts_give_the_same_logits(model):
+    """Past 256 tokens of context (where an f16 cache switches flash-attention kernels between
+    one-row and several-row decodes), drafted and plain runs agree to the last bit: the
+    log-probability of every token is the same float."""
+    p = model.tokenize(
+        "<|im_start|>user\nRewrite this code with the name `data` changed to `rows`:\n"
+        + CODE * 7
+        + "<|im_end|>\n<|im_start|>assistant\n",
+        add_special=False,
+    )
+    assert len(p) > 300
+
+    def logprobs(engine: Engine, company: list[list[int]]) -> tuple[list[float], object]:
+        streams = [
+            engine.submit(
+                GenerationRequest(q, GREEDY, max_tokens=40, logprobs=0, cache_prompt=False)
+            )
+            for q in [p, *company]
+        ]
+        values = [
+            lp[0].logprob for e in streams[0] if isinstance(e, TextDelta) for lp in e.logprobs
+        ]
+        for s in streams[1:]:
+            s.collect()
+        return values, streams[0].done[0]
+
+    with make(model, 1) as eng:
+        plain, plain_done = logprobs(eng, [])
+    with make(model, 2, ("ngram-simple",), n_max=8) as eng:
+        drafted, done = logprobs(eng, [prompts(model)[0]])
+    assert done.timings.draft_n > 0
+    assert done.token_ids == plain_done.token_ids
+    assert drafted == plain
+
+
+def test_cost_aware_drafts_keep_the_tokens_and_stop_at_unprofitable_positions(model, baseline):
+    with make(model, 4, ("ngram-simple",), spec_adaptive=True) as eng:
+        assert [d.token_ids for d in run_all(eng, prompts(model))] == baseline["greedy"]
+        eng._timing.update(step=0.01, step_n=5, row=0.004, row_n=5)  # a row costs 0.4 step
+        assert eng._worth_drafting([0.9, 0.6, 0.45, 0.3], 4, 1) == 3
+        assert eng._worth_drafting([0.2, 0.1], 2, 1) == 0
+        assert eng._worth_drafting([0.2, 0.1], 2, 8) == 1  # a probe now and then
+
+
+def test_survival_follows_all_or_nothing_drafts():
+    spec = NgramSimple()
+    for _ in range(20):
+        spec.record(SeqState(), 4, 4)
+        spec.record(SeqState(), 4, 0)
+    first, *rest = spec.survival(4)
+    assert 0.4 < first < 0.6 and rest[-1] > 0.4  # once the first is kept, the rest follow
+
+
+def test_the_draft_models_sequence_travels_with_a_cached_state(model):
+    ps = prompts(model)
+
+    def run(engine: Engine, prompt: list[int]):
+        return engine.submit(GenerationRequest(prompt, GREEDY, max_tokens=8)).collect()[1][0]
+
+    config = dict(cache_ram_mib=64, model_draft=embedded_model_path())
+    with make(model, 1, ("draft-simple",), **config) as eng:
+        first = run(eng, ps[0])
+        run(eng, model.tokenize("Something else. " * 3))
+        entry = eng.cache.entries[0]
+        assert entry.draft_state is not None and entry.draft_tokens
+        follow = ps[0] + list(first.token_ids[:-1])
+        again = run(eng, follow)
+        assert again.usage.cached_tokens == len(follow) - 1
+        assert eng.cache.stats.restores == 1
+        drafter = eng.speculators[0]
+        assert drafter.tokens[0][: len(entry.draft_tokens) - 8] == entry.draft_tokens[:-8]
