@@ -115,15 +115,21 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--cache-type", default="bf16", choices=["bf16", "f16", "q8_0"], help="llamactl's KV type"
+    )
     args = ap.parse_args()
     path = str(embedded_model_path())
     model = Model(path)
     print(
         f"model: {model.info.name} ({model.info.size_bytes / 2**20:.0f} MiB), "
-        f"threads={args.threads}, {args.tokens} tokens per stream, median of {args.repeats}"
+        f"threads={args.threads}, {args.tokens} tokens per stream, median of {args.repeats}, "
+        f"llamactl KV {args.cache_type} (Llama: f16)"
     )
 
-    with Engine(model, EngineConfig(n_parallel=8, n_threads=args.threads)) as engine:
+    with Engine(
+        model, EngineConfig(n_parallel=8, n_threads=args.threads, kv_type=args.cache_type)
+    ) as engine:
         engine_single(engine, model, 8)  # warm-up
         ours = statistics.median(
             engine_single(engine, model, args.tokens) for _ in range(args.repeats)

@@ -161,6 +161,8 @@ def launch(kind: str, model: str, port: int, args: argparse.Namespace) -> subpro
             "8",
             "--threads",
             str(args.threads),
+            "--cache-type",
+            args.cache_type,
         ]
     elif kind == "llama-server":
         binary = args.llama_server or shutil.which("llama-server")
@@ -209,6 +211,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--llama-server", help="path to the llama-server binary")
     ap.add_argument("--python-server", help="python with llama-cpp-python[server] installed")
+    ap.add_argument("--cache-type", default="bf16", help="llamactl's KV type (llama-server: f16)")
     args = ap.parse_args()
     model = str(embedded_model_path())
     table: dict[str, Figures | str] = {}
