@@ -121,10 +121,12 @@ def metrics(request: Request) -> PlainTextResponse:
 
 def _cache_rows(eng) -> list[tuple[str, str, str, float]]:
     """The prompt cache's and checkpoints' counters (none when the cache is off)."""
+    # A decision model's scoring engine keeps neither cache nor checkpoints
+    checkpoints = getattr(eng.stats, "checkpoints_made", 0)
     rows: list[tuple[str, str, str, float]] = [
-        ("checkpoints_total", "counter", "Context checkpoints made", eng.stats.checkpoints_made)
+        ("checkpoints_total", "counter", "Context checkpoints made", checkpoints)
     ]
-    cache = eng.cache
+    cache = getattr(eng, "cache", None)
     if cache is None:
         return rows
     st = cache.stats
@@ -139,7 +141,8 @@ def _cache_rows(eng) -> list[tuple[str, str, str, float]]:
 
 def _speculator_lines(eng) -> list[str]:
     """Per-speculator counters, labelled by type (none without --spec-type)."""
-    if not eng.speculators:
+    speculators = getattr(eng, "speculators", None)  # none on a scoring engine
+    if not speculators:
         return []
     metrics = [
         ("spec_drafts_total", "Drafts verified", "drafts"),
@@ -150,6 +153,6 @@ def _speculator_lines(eng) -> list[str]:
     lines = []
     for name, help_text, attr in metrics:
         lines += [f"# HELP llamactl:{name} {help_text}", f"# TYPE llamactl:{name} counter"]
-        for spec in eng.speculators:
+        for spec in speculators:
             lines.append(f'llamactl:{name}{{type="{spec.name}"}} {getattr(spec.stats, attr)}')
     return lines
