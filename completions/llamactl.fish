@@ -9,7 +9,7 @@ complete -c llamactl -n __fish_use_subcommand -a convert -d 'Convert a decision-
 complete -c llamactl -n __fish_use_subcommand -a models -d 'List the models that --model can name'
 complete -c llamactl -n __fish_use_subcommand -a ps -d 'Show the models loaded in a running server: status, memory, busy slots'
 complete -c llamactl -n __fish_use_subcommand -a score -d 'Answer questions about a state with a decision model (no text is generated)'
-complete -c llamactl -n __fish_use_subcommand -a serve -d 'Serve the model over HTTP: OpenAI chat completions, completions and Responses, Anthropic Messages, with continuous batching across --parallel slots'
+complete -c llamactl -n __fish_use_subcommand -a serve -d 'Serve the model over HTTP: OpenAI chat completions, completions, Responses and the Realtime websocket, Anthropic Messages, /tts and /v1/systemone, batched across --parallel slots; with --models-dir or --models-preset, a router over many models'
 complete -c llamactl -n __fish_use_subcommand -a stop -d 'Unload a model from a running router: its child process stops'
 complete -c llamactl -n __fish_use_subcommand -a transcribe -d 'Transcribe speech: an audio file, raw PCM on stdin, or the microphone (live captions)'
 complete -c llamactl -n __fish_use_subcommand -a tts -d 'Speak text: write it as audio to a file or stdout, or play it'

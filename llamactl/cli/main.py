@@ -86,7 +86,7 @@ def main(
         ),
     ] = False,
 ) -> None:
-    """Run local llama.cpp models from the terminal: chat, list models and more.
+    """Run local llama.cpp models from the terminal: chat, serve, talk, transcribe, speak, score.
 
     Settings come from flags, then LLAMACTL_* environment variables, then
     ~/.config/llamactl/config.toml. With no --model, the small embedded SmolLM2 is used.

@@ -272,8 +272,9 @@ def serve_command(
         typer.Option("--log-level", help="debug, info, warning or error.", rich_help_panel=_SERVER),
     ] = "info",
 ) -> None:
-    """Serve the model over HTTP: OpenAI chat completions, completions and Responses,
-    Anthropic Messages, with continuous batching across --parallel slots."""
+    """Serve the model over HTTP: OpenAI chat completions, completions, Responses and the
+    Realtime websocket, Anthropic Messages, /tts and /v1/systemone, batched across --parallel
+    slots; with --models-dir or --models-preset, a router over many models."""
     from llamactl.models import resolve_model
     from llamactl.server.app import create_app
 
