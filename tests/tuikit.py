@@ -307,6 +307,9 @@ class BrokenSource(AudioSource):
     def open(self) -> None:
         raise AudioDeviceError(self.message)
 
+    def blocks(self):
+        return iter(())  # never reached: open() fails first
+
 
 class HeldPlayer(Player):
     """A sound output that never drains: the answer's audio stays queued (barge-in tests)."""

@@ -8,6 +8,7 @@ or runs out (a file does); the app forwards them to the server and shows their l
 
 from __future__ import annotations
 
+import abc
 import math
 import threading
 import time
@@ -36,7 +37,7 @@ def level_dbfs(block: np.ndarray) -> float:
     return max(-96.0, 20 * math.log10(rms)) if rms > 0 else -96.0
 
 
-class AudioSource:
+class AudioSource(abc.ABC):
     """Blocks of int16 samples, pushed from a thread to `on_block`; `on_end` when it runs out.
 
     `start()` raises AudioDeviceError synchronously (no microphone, PortAudio missing), so the
@@ -51,13 +52,14 @@ class AudioSource:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
-    def open(self) -> None:
+    def open(self) -> None:  # noqa: B027 - optional hook: a recording has nothing to acquire
         """Acquire the device (may raise AudioDeviceError)."""
 
+    @abc.abstractmethod
     def blocks(self):  # -> Iterator[np.ndarray]
-        raise NotImplementedError
+        """The samples, block by block, until the source ends or is stopped."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, as open()
         """Release the device."""
 
     def start(self, on_block: BlockCallback, on_end: EndCallback) -> None:

@@ -12,6 +12,7 @@ draft, instead of llama-server's fixed first-non-empty order.
 
 from __future__ import annotations
 
+import abc
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
@@ -67,6 +68,8 @@ class SeqState:
 
 
 class Speculator:
+    """One way of guessing the next tokens, with the record of how often it was right."""
+
     name = ""
 
     def __init__(self) -> None:
@@ -96,15 +99,20 @@ class Speculator:
             prior = keep
         return out
 
-    def draft(self, seq: SeqState, history: list[int], n_max: int) -> list[int]:
-        raise NotImplementedError
-
     def record(self, seq: SeqState, n_drafted: int, n_accepted: int) -> None:
         self.stats.add(n_drafted, n_accepted)
         seq.stats.setdefault(self.name, SpecStats()).add(n_drafted, n_accepted)
 
 
-class NgramSimple(Speculator):
+class LookupSpeculator(Speculator, abc.ABC):
+    """Drafts from the sequence's own tokens, one sequence at a time (the draft model instead
+    drafts every slot that chose it in one decode)."""
+
+    @abc.abstractmethod
+    def draft(self, seq: SeqState, history: list[int], n_max: int) -> list[int]: ...
+
+
+class NgramSimple(LookupSpeculator):
     """Prompt lookup: find the latest earlier occurrence of the sequence's last few tokens
     (in its prompt or its output) and propose what followed it."""
 
@@ -128,7 +136,7 @@ class NgramSimple(Speculator):
         return []
 
 
-class NgramCache(Speculator):
+class NgramCache(LookupSpeculator):
     """Follows n-gram statistics gathered from every sequence: the most frequent next token
     after the last two tokens, while it has been seen often enough."""
 
