@@ -6,14 +6,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 
 from llamactl.config import Settings
 from llamactl.models import resolve_model
 
 from . import basic, openapi_errors
 from .errors import install_handlers
-from .middleware import GateMiddleware
+from .middleware import install_middleware
 from .state import ServerState
 
 # API families, added as "module:attribute" of this package
@@ -66,16 +65,7 @@ def create_app(
     app.include_router(basic.router)
     for router in _routers():
         app.include_router(router)
-    # Outermost first: CORS answers preflights, then the gate (ids, loading, keys).
-    app.add_middleware(GateMiddleware, state=state)
-    app.add_middleware(
-        CORSMiddleware,
-        allow_origins=["*"],
-        allow_credentials=True,
-        allow_methods=["*"],
-        allow_headers=["*"],
-        expose_headers=["x-request-id"],
-    )
+    install_middleware(app, state)
     return app
 
 

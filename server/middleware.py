@@ -141,3 +141,19 @@ class GateMiddleware:
             scope = _json_by_default(scope)
 
         await self.app(scope, receive, send_with_id)
+
+
+def install_middleware(app: Any, state: Any) -> None:
+    """The same outer layers for the single-model server and the router. Outermost first:
+    CORS answers preflights, then the gate (request ids, loading, API keys)."""
+    from fastapi.middleware.cors import CORSMiddleware
+
+    app.add_middleware(GateMiddleware, state=state)
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=["*"],
+        allow_credentials=True,
+        allow_methods=["*"],
+        allow_headers=["*"],
+        expose_headers=["x-request-id"],
+    )

@@ -7,13 +7,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import Route, WebSocketRoute
 
 from llamactl.config import Settings
 
 from ..errors import install_handlers
-from ..middleware import GateMiddleware
+from ..middleware import install_middleware
 from . import routes
 from .catalog import ModelSpec, build_catalog
 from .child import ChildProcess, free_port
@@ -75,14 +74,5 @@ def create_router_app(
     # Everything else goes to the child of the model the request names.
     app.router.routes.append(Route("/{path:path}", http_proxy, include_in_schema=False))
     app.router.routes.append(WebSocketRoute("/{path:path}", ws_proxy))
-    # Outermost first: CORS answers preflights, then the gate (request ids, API keys).
-    app.add_middleware(GateMiddleware, state=state)
-    app.add_middleware(
-        CORSMiddleware,
-        allow_origins=["*"],
-        allow_credentials=True,
-        allow_methods=["*"],
-        allow_headers=["*"],
-        expose_headers=["x-request-id"],
-    )
+    install_middleware(app, state)
     return app
