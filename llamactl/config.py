@@ -123,6 +123,10 @@ class Settings:
     # Speech out (`tts`, /tts, /v1/audio/speech, realtime answers); None: eSpeak NG
     tts_model: Path | None = None  # a llama.cpp TTS backbone .gguf (with tts_mmproj)
     tts_mmproj: Path | None = None  # its mmproj holding the audio generator
+    # Speech limits (hardening): what one upload or one realtime session may hold
+    max_audio_seconds: float = 3600.0  # decoded length of one transcription upload
+    max_audio_upload_mib: int = 64  # size of one transcription upload
+    realtime_max_buffer_seconds: float = 1200.0  # input audio a realtime session holds unread
     # Bookkeeping, not settings: the file that was read (None if there was none) and where
     # each setting's value came from.
     config_file: Path | None = field(default=None, compare=False, metadata=_INTERNAL)
@@ -184,6 +188,10 @@ _LIMITS: dict[str, tuple[float | None, float | None]] = {
     "spec_draft_n_max": (1, 48),
     "spec_draft_n_min": (0, 48),
     "spec_draft_p_min": (0.0, 1.0),
+    # speech limits
+    "max_audio_seconds": (1.0, None),
+    "max_audio_upload_mib": (1, None),
+    "realtime_max_buffer_seconds": (60.0, None),
 }
 
 

@@ -21,8 +21,6 @@ from .serving import check_transcription_model, ready_service, segments
 
 router = APIRouter(tags=["audio"], lifespan=audio_lifespan)
 
-MAX_UPLOAD = 64 * 1024 * 1024
-
 _DOC = {
     200: {
         "description": "`json` / `verbose_json`: a transcription object; `text`, `srt`, `vtt`: "
@@ -60,13 +58,19 @@ async def create_transcription(
         raise bad_request(f"Field 'temperature': must be between 0 and 1, got {temperature}")
     if "word" in (timestamp_granularities or []):
         raise bad_request("Field 'timestamp_granularities[]': only 'segment' is supported")
-    data = await file.read(MAX_UPLOAD + 1)
-    if len(data) > MAX_UPLOAD:
-        raise APIError(413, f"the audio file is larger than {MAX_UPLOAD // (1024 * 1024)} MiB")
+    settings = state.settings
+    max_upload = settings.max_audio_upload_mib * 1024 * 1024
+    data = await file.read(max_upload + 1)
+    if len(data) > max_upload:
+        raise APIError(
+            413,
+            f"Field 'file': the audio file is larger than {settings.max_audio_upload_mib} MiB "
+            "(max_audio_upload_mib)",
+        )
     service = await ready_service(request.app)
     check_transcription_model(service, request.app, model)
     language = service.transcriber.check_language(language)
-    pcm, rate = await run_in_threadpool(read_audio, data)
+    pcm, rate = await run_in_threadpool(read_audio, data, max_seconds=settings.max_audio_seconds)
     duration = pcm.size / rate
     parts = segments(service, pcm, rate, language=language, prompt=prompt)
     if stream:

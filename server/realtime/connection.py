@@ -4,25 +4,37 @@ Everything the server sends goes through one queue and one writer task, so event
 order in which they were produced (the transcription session relies on that for "committed
 before its transcript"). Client mistakes become `error` events and the socket stays usable;
 when the client leaves, the session is closed at once and its resources freed.
+
+The queue is bounded in bytes (`MAX_QUEUED_BYTES`): a client that stops reading while it
+keeps sending (or while a long answer is spoken) would otherwise grow it without end. Past
+the bound the client is dropped: its session is closed, what was queued is discarded and the
+socket is closed with code 1008 and a reason that says why. Frames larger than
+`OFF_LOOP_CHARS` are parsed on a worker thread, so a 15 MiB append never stalls other
+connections.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from typing import Any
 
 from fastapi import WebSocket
+from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from .events import ProtocolError, event
 from .session import RealtimeSession
+from .wire import OFF_LOOP_CHARS, decode_event, encode_event
 
 log = logging.getLogger("llamactl.server.realtime")
 
 MAX_EVENT_BYTES = 24 * 1024 * 1024
+MAX_QUEUED_BYTES = 32 * 1024 * 1024  # server events a client may leave unread (~8 min of audio)
+CLOSE_NOT_READING = 1008  # policy violation: the client does not read what it is sent
+MAX_EVENT_ID = 512
+_CLOSE_TIMEOUT = 2.0
 
 
 def session_kinds() -> dict[str, type[RealtimeSession]]:
@@ -38,16 +50,40 @@ class Connection:
         self.ws = ws
         self.app = ws.app
         self.session: RealtimeSession | None = None
-        self._out: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._out: asyncio.Queue[str | None] = asyncio.Queue()
+        self._queued = 0  # characters of the events in `_out`
         self._starting: asyncio.Task[None] | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._writer: asyncio.Task[None] | None = None
         self._reply_after_start = False
         self._closing = False
+        self._dropped = False  # the client fell too far behind and is being dropped
 
     # ---------------------------------------------------------------- output
     def send(self, message: dict[str, Any]) -> None:
         """Queue a server event (event-loop thread only)."""
-        if not self._closing:
-            self._out.put_nowait(message)
+        if self._closing:
+            return
+        text = encode_event(message)
+        if self._queued + len(text) > MAX_QUEUED_BYTES:
+            self._drop_client()
+            return
+        self._queued += len(text)
+        self._out.put_nowait(text)
+
+    def _drop_client(self) -> None:
+        """The client leaves events unread past the bound: stop serving it (see module doc)."""
+        log.warning(
+            "realtime client dropped: more than %d MiB of events unread",
+            MAX_QUEUED_BYTES // (1024 * 1024),
+        )
+        self._closing = self._dropped = True
+        while not self._out.empty():
+            self._out.get_nowait()
+        self._queued = 0
+        for task in (self._writer, self._reader):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
 
     def send_error(self, exc: ProtocolError, event_id: str | None = None) -> None:
         self.send(exc.to_event(event_id))
@@ -59,34 +95,55 @@ class Connection:
 
     async def _write(self) -> None:
         while True:
-            message = await self._out.get()
-            if message is None:
+            text = await self._out.get()
+            if text is None:
                 with contextlib.suppress(Exception):
                     await self.ws.close(code=1011)
                 return
+            self._queued -= len(text)
             try:
-                await self.ws.send_text(json.dumps(message, ensure_ascii=False))
+                await self.ws.send_text(text)
             except Exception:  # the client is gone; the reader will notice too
                 return
 
     # ------------------------------------------------------------------ run
     async def run(self, kind: str) -> None:
         await self.ws.accept()
-        writer = asyncio.create_task(self._write())
+        self._writer = writer = asyncio.create_task(self._write())
         try:
             self._open(kind)
-            await self._read()
+            self._reader = asyncio.create_task(self._read())
+            try:
+                await self._reader
+            except asyncio.CancelledError:
+                if not self._dropped:
+                    raise
         finally:
+            if self._reader is not None and not self._reader.done():
+                self._reader.cancel()  # the handler itself was cancelled (shutdown)
             if self._starting is not None and not self._starting.done():
                 self._starting.cancel()
                 with contextlib.suppress(BaseException):
                     await self._starting
             if self.session is not None:
                 await self.session.close()
-            self._closing = True
-            self._out.put_nowait(None)
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(writer, timeout=5)
+            if self._dropped:
+                await self._close_dropped()
+            else:
+                self._closing = True
+                self._out.put_nowait(None)
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(writer, timeout=5)
+
+    async def _close_dropped(self) -> None:
+        """Close a dropped client's socket; if it does not read even the close frame, give
+        up after a moment and let the server tear the connection down."""
+        mib = MAX_QUEUED_BYTES // (1024 * 1024)
+        reason = f"client not reading: over {mib} MiB of events unread"
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(
+                self.ws.close(code=CLOSE_NOT_READING, reason=reason), timeout=_CLOSE_TIMEOUT
+            )
 
     def _open(self, kind: str) -> None:
         cls = session_kinds()[kind]
@@ -129,24 +186,20 @@ class Connection:
                 )
                 continue
             try:
-                client_event = json.loads(text)
-            except ValueError as exc:
-                self.send_error(ProtocolError(f"invalid JSON: {exc}", code="invalid_json"))
-                continue
-            if not isinstance(client_event, dict) or not isinstance(client_event.get("type"), str):
-                self.send_error(
-                    ProtocolError(
-                        "a client event is a JSON object with a string 'type'",
-                        code="invalid_event",
-                        param="type",
-                    )
-                )
+                if len(text) > OFF_LOOP_CHARS:
+                    client_event = await run_in_threadpool(decode_event, text)
+                else:
+                    client_event = decode_event(text)
+            except ProtocolError as exc:
+                self.send_error(exc)
                 continue
             event_id = client_event.get("event_id")
+            if not isinstance(event_id, str) or len(event_id) > MAX_EVENT_ID:
+                event_id = None  # echoed in errors: a huge one would be sent back each time
             try:
                 await self._dispatch(client_event)
             except ProtocolError as exc:
-                self.send_error(exc, event_id if isinstance(event_id, str) else None)
+                self.send_error(exc, event_id)
 
     async def _dispatch(self, client_event: dict[str, Any]) -> None:
         type_ = client_event["type"]

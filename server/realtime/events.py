@@ -34,6 +34,15 @@ def error(
     )
 
 
+MAX_MESSAGE = 1024  # messages quote client values; a long one is cut, never echoed whole
+
+
+def _cut(text: str | None) -> str | None:
+    if text is None or len(text) <= MAX_MESSAGE:
+        return text
+    return text[: MAX_MESSAGE - 3] + "..."
+
+
 class ProtocolError(Exception):
     """A client event we refuse; becomes an `error` event and the socket stays open."""
 
@@ -45,10 +54,11 @@ class ProtocolError(Exception):
         param: str | None = None,
         type_: str = "invalid_request_error",
     ) -> None:
+        message = _cut(message) or ""
         super().__init__(message)
         self.message = message
         self.code = code
-        self.param = param
+        self.param = _cut(param)
         self.type = type_
 
     def to_event(self, event_id: str | None) -> dict[str, Any]:

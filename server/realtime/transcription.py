@@ -30,12 +30,14 @@ from llamactl.engine.audio import (
     TranscriptionStream,
 )
 from llamactl.engine.audio.load import EMBEDDED_ALIASES
+from llamactl.engine.audio.stream import BufferFullError
 from llamactl.engine.errors import InvalidRequestError, LlamactlError
 
 from ..openai_audio.service import audio_service
 from .events import ProtocolError, event, new_id
 from .session import RealtimeSession
 from .transcription_config import TranscriptionConfig, merge
+from .wire import OFF_LOOP_CHARS
 
 MAX_APPEND_BYTES = 15 * 1024 * 1024  # OpenAI's limit for one append
 
@@ -55,6 +57,8 @@ class TranscriptionSession(RealtimeSession):
         self._held: dict[int, list[dict[str, Any]]] = {}
         self._previous: str | None = None
         self._closed = False
+        settings = getattr(getattr(conn.app.state, "llamactl", None), "settings", None)
+        self._max_buffered_seconds = getattr(settings, "realtime_max_buffer_seconds", None)
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -94,6 +98,7 @@ class TranscriptionSession(RealtimeSession):
             turn_detection=c.turn_detection is not None,
             partials=False,
             input_rate=c.rate,
+            max_buffered_seconds=self._max_buffered_seconds,
         )
 
     def _configure(self) -> None:
@@ -155,12 +160,19 @@ class TranscriptionSession(RealtimeSession):
             )
         try:
             if type_ == "input_audio_buffer.append":
-                stream.append(_decode_audio(client_event.get("audio")), rate=self.config.rate)
+                audio, rate = client_event.get("audio"), self.config.rate
+                if isinstance(audio, str) and len(audio) > OFF_LOOP_CHARS:
+                    # decoding and resampling megabytes takes a while: not on the event loop
+                    await run_in_threadpool(_append, stream, audio, rate)
+                else:
+                    _append(stream, audio, rate)
             elif type_ == "input_audio_buffer.commit":
                 stream.commit()
             else:
                 stream.clear()
                 self.conn.send(event("input_audio_buffer.cleared"))
+        except BufferFullError as exc:
+            raise ProtocolError(str(exc), code="input_audio_buffer_full", param="audio") from exc
         except InvalidRequestError as exc:
             raise ProtocolError(str(exc), param="audio") from exc
         except LlamactlError as exc:  # the stream failed or closed under us
@@ -246,6 +258,10 @@ class TranscriptionSession(RealtimeSession):
                 ProtocolError(ev.message, type_="server_error", code="transcription_failed")
             )
             self.conn.close_soon()
+
+
+def _append(stream: TranscriptionStream, audio: Any, rate: int) -> None:
+    stream.append(_decode_audio(audio), rate=rate)
 
 
 def _decode_audio(audio: Any) -> bytes:

@@ -18,6 +18,9 @@ from ..errors import bad_request
 
 LONG_LONG = (-(2**63), 2**63 - 1)
 MAX_INPUT = 4096  # OpenAI's limit for /v1/audio/speech
+# /tts (llama-server has no limit): about 15 minutes of speech. eSpeak speaks one request at a
+# time and a WAV answer is held whole, so an unbounded text would hold every voice for hours.
+MAX_TTS_INPUT = 16384
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
 
@@ -25,7 +28,7 @@ _FALSE = ("false", "0", "no", "off")
 class TTSBody(BaseModel):
     """`POST /tts` (JSON, or the same fields as multipart/form-data)."""
 
-    input: str = Field(description="Text to speak.")
+    input: str = Field(description=f"Text to speak, {MAX_TTS_INPUT} characters at most.")
     speaker_ref: str | None = Field(
         None,
         description="Reference voice to clone: base64 audio in JSON, or a file part in "
@@ -71,6 +74,10 @@ def parse_tts(fields: dict[str, Any], *, form: bool) -> TTSRequest:
         raise bad_request("Field 'input': expected a string")
     if not text.strip():
         raise bad_request("Field 'input': must not be empty")
+    if len(text) > MAX_TTS_INPUT:
+        raise bad_request(
+            f"Field 'input': at most {MAX_TTS_INPUT} characters on /tts, got {len(text)}"
+        )
     voice = fields.get("voice")
     if voice is not None and not isinstance(voice, str):
         raise bad_request("Field 'voice': expected a string")

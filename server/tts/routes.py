@@ -18,7 +18,7 @@ from ..common import server_state
 from ..errors import bad_request
 from ..sse import data_frame
 from . import serving
-from .protocol import SpeechBody, TTSBody, parse_tts
+from .protocol import SpeechBody, TTSBody, TTSRequest, parse_tts
 
 router = APIRouter(tags=["audio"], lifespan=serving.tts_lifespan)
 
@@ -87,15 +87,9 @@ async def create_tts(request: Request) -> Response:
         fields: dict[str, Any] = {}
         for key, value in form.multi_items():
             fields[key] = await value.read() if hasattr(value, "read") else value
-        req = parse_tts(fields, form=True)
+        req = await run_in_threadpool(parse_tts, fields, form=True)
     else:
-        try:
-            body = json.loads(await request.body() or b"null")
-        except ValueError as exc:
-            raise bad_request(f"Invalid JSON in the request body: {exc}") from None
-        if not isinstance(body, dict):
-            raise bad_request("the request body must be a JSON object")
-        req = parse_tts(body, form=False)
+        req = await run_in_threadpool(_parse_json, await request.body())
     rate, chunks = await serving.start(
         request.app,
         req.input,
@@ -111,6 +105,17 @@ async def create_tts(request: Request) -> Response:
     samples = await serving.collect(chunks)
     wav = encode(samples, rate, "wav")
     return Response(wav, media_type="audio/wav", headers=_rate_headers(rate))
+
+
+def _parse_json(raw: bytes) -> TTSRequest:
+    """Off the event loop: a large body (base64 `speaker_ref`) takes a while to parse."""
+    try:
+        body = json.loads(raw or b"null")
+    except (ValueError, RecursionError) as exc:
+        raise bad_request(f"Invalid JSON in the request body: {exc}") from None
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    return parse_tts(body, form=False)
 
 
 @router.post(

@@ -147,7 +147,8 @@ async def collect(chunks: AsyncIterator[np.ndarray]) -> np.ndarray:
 
 
 def openai_voice(name: str | None) -> str | None:
-    """OpenAI names map to eSpeak NG voices; anything else is passed to eSpeak as is."""
+    """OpenAI names map to eSpeak NG voices; anything else goes to the synthesizer, which
+    accepts only names from its own list (a 400 otherwise)."""
     if name is None:
         return None
     return OPENAI_VOICES.get(name.lower(), name)

@@ -3,6 +3,10 @@
 WAV (the common case, and what tests write) is read with the standard library; everything
 else (FLAC, MP3, Ogg, M4A, WAV codecs `wave` does not know) through PyAV, which faster-whisper
 already brings along.
+
+Headers are not trusted: a sample rate outside `FILE_RATES` is refused (rate 0 would divide by
+zero, rate 1 turns a few KB into hours of audio), and `max_seconds` bounds the decoded length
+while decoding, so a small compressed file cannot expand into gigabytes of samples.
 """
 
 from __future__ import annotations
@@ -18,13 +22,37 @@ from llamactl.engine.errors import InvalidRequestError
 
 from .pcm import to_float32
 
+FILE_RATES = (1000, 384000)  # Hz: below is no real recording, above no real converter
+
 
 class AudioDecodeError(InvalidRequestError):
     """The bytes are not audio we can read."""
 
 
-def read_audio(source: str | Path | bytes | BinaryIO) -> tuple[np.ndarray, int]:
-    """(mono float32 samples, sample rate) of a file path, bytes or binary file object."""
+class AudioTooLongError(InvalidRequestError):
+    """The audio is longer than the caller allows."""
+
+
+def check_file_rate(rate: int) -> int:
+    low, high = FILE_RATES
+    if not low <= rate <= high:
+        raise AudioDecodeError(
+            f"the audio's sample rate {rate} Hz is not plausible (from {low} to {high} Hz)"
+        )
+    return rate
+
+
+def _too_long(max_seconds: float) -> AudioTooLongError:
+    return AudioTooLongError(
+        f"the audio is longer than {max_seconds:g} s (max_audio_seconds); cut it into parts"
+    )
+
+
+def read_audio(
+    source: str | Path | bytes | BinaryIO, *, max_seconds: float | None = None
+) -> tuple[np.ndarray, int]:
+    """(mono float32 samples, sample rate) of a file path, bytes or binary file object,
+    refusing more than `max_seconds` of audio."""
     data = Path(source).read_bytes() if isinstance(source, str | Path) else source
     if isinstance(data, bytes | bytearray):
         if not data:
@@ -37,16 +65,25 @@ def read_audio(source: str | Path | bytes | BinaryIO) -> tuple[np.ndarray, int]:
     buf.seek(start)
     if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
         try:
-            return _read_wav(buf)
+            return _read_wav(buf, max_seconds)
         except (wave.Error, EOFError, ValueError):
             buf.seek(start)  # a WAV codec `wave` does not read (float, ADPCM...): try PyAV
-    return _read_av(buf)
+    return _read_av(buf, max_seconds)
 
 
-def _read_wav(buf: BinaryIO) -> tuple[np.ndarray, int]:
+def _read_wav(buf: BinaryIO, max_seconds: float | None) -> tuple[np.ndarray, int]:
     with wave.open(buf, "rb") as w:
         rate, channels, width = w.getframerate(), w.getnchannels(), w.getsampwidth()
-        raw = w.readframes(w.getnframes())
+        check_file_rate(rate)
+        if channels < 1:
+            raise AudioDecodeError("the WAV header says the audio has no channels")
+        frames = w.getnframes()
+        if max_seconds is not None and frames > max_seconds * rate:
+            # the header can overstate what follows; count only the frames that are there
+            frames = min(frames, int(max_seconds * rate) + 1)
+        raw = w.readframes(frames)
+        if max_seconds is not None and len(raw) // (width * channels) > max_seconds * rate:
+            raise _too_long(max_seconds)
     if width == 2:
         samples = np.frombuffer(raw, dtype="<i2")
     elif width == 4:
@@ -63,7 +100,7 @@ def _read_wav(buf: BinaryIO) -> tuple[np.ndarray, int]:
     return to_float32(samples), rate
 
 
-def _read_av(buf: BinaryIO) -> tuple[np.ndarray, int]:
+def _read_av(buf: BinaryIO, max_seconds: float | None) -> tuple[np.ndarray, int]:
     import av  # imported here: only non-WAV input needs it
 
     try:
@@ -71,15 +108,23 @@ def _read_av(buf: BinaryIO) -> tuple[np.ndarray, int]:
             if not container.streams.audio:
                 raise AudioDecodeError("the file has no audio stream")
             stream = container.streams.audio[0]
-            rate = stream.codec_context.sample_rate or stream.rate
+            rate = check_file_rate(int(stream.codec_context.sample_rate or stream.rate or 0))
+            limit = None if max_seconds is None else max_seconds * rate
             resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
-            chunks = []
+            chunks: list[np.ndarray] = []
+            total = 0
             for frame in container.decode(stream):
                 for out in resampler.resample(frame):
                     chunks.append(out.to_ndarray().reshape(-1))
+                    total += chunks[-1].size
+                if limit is not None and total > limit:
+                    raise _too_long(max_seconds)  # type: ignore[arg-type]
             for out in resampler.resample(None):
                 chunks.append(out.to_ndarray().reshape(-1))
-    except AudioDecodeError:
+                total += chunks[-1].size
+            if limit is not None and total > limit:
+                raise _too_long(max_seconds)  # type: ignore[arg-type]
+    except (AudioDecodeError, AudioTooLongError):
         raise
     except Exception as exc:  # PyAV raises many types for bad input
         raise AudioDecodeError(f"could not decode the audio: {exc}") from exc

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llamactl.engine.errors import LlamactlError
+from llamactl.engine.errors import InvalidRequestError, LlamactlError
 
 from .pcm import StreamResampler, check_rate, resample, to_float32
 from .transcriber import join_text
@@ -55,6 +55,10 @@ MIN_READ_S = 0.3
 
 class StreamClosedError(LlamactlError):
     pass
+
+
+class BufferFullError(InvalidRequestError):
+    """More audio is waiting to be read than the stream may hold (`max_buffered_seconds`)."""
 
 
 @dataclass(eq=False)
@@ -99,6 +103,7 @@ class TranscriptionStream:
         partial_interval: float = 0.8,
         input_rate: int = 16000,
         sink: Callable[[StreamEvent], None] | None = None,
+        max_buffered_seconds: float | None = None,
     ) -> None:
         self._worker = worker
         self._transcriber = worker.transcriber
@@ -110,6 +115,7 @@ class TranscriptionStream:
         self.partial_interval = partial_interval
         self.input_rate = check_rate(input_rate)
         self._sink = sink
+        self.max_buffered_seconds = max_buffered_seconds
         self._queue: queue.SimpleQueue[StreamEvent] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -169,6 +175,7 @@ class TranscriptionStream:
         samples = to_float32(pcm)
         with self._lock:
             self._check_open()
+            self._check_room(samples.size * VAD_RATE / rate)
             if self._resampler is None or self._resampler.src != rate:
                 if self._resampler is not None:
                     self._write(self._resampler.flush())
@@ -238,6 +245,21 @@ class TranscriptionStream:
     def _check_open(self) -> None:
         if self._closed:
             raise StreamClosedError(self._failed or "the transcription stream is closed")
+
+    def _check_room(self, incoming: float) -> None:
+        """Refuse audio that would make the stream hold more than `max_buffered_seconds` not
+        yet read: a client sending faster than it is transcribed would grow it without end."""
+        limit = self.max_buffered_seconds
+        if limit is None:
+            return
+        held = self._n - max(self._base, self._keep_from())
+        if held + incoming > limit * VAD_RATE:
+            raise BufferFullError(
+                f"the input audio buffer is full: {held / VAD_RATE:.0f} s are waiting to be "
+                f"transcribed and this append adds {incoming / VAD_RATE:.0f} s, over the "
+                f"{limit:g} s a session may hold (realtime_max_buffer_seconds); send audio "
+                "no faster than it is transcribed"
+            )
 
     def _release(self) -> None:
         self._buf = np.zeros(0, dtype=np.float32)

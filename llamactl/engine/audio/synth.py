@@ -74,6 +74,20 @@ def check_speed(speed: float) -> float:
     return float(speed)
 
 
+def check_text(text: str) -> str:
+    """Text a backend can encode: a lone surrogate (JSON allows `"\\ud800"`) has no UTF-8
+    form, so it is refused up front rather than failing inside the backend mid-stream."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidRequestError(
+                f"Field 'input': character {exc.start} is a lone surrogate "
+                f"(U+{ord(text[exc.start]):04X}), which is not valid Unicode"
+            ) from None
+    return text
+
+
 def as_int16(chunk: np.ndarray) -> np.ndarray:
     if chunk.dtype == np.int16:
         return chunk

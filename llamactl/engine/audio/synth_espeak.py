@@ -19,8 +19,16 @@ import numpy as np
 
 from llamactl.engine.errors import InvalidRequestError
 
-from .synth import SynthesisError, Synthesizer, UnsupportedVoiceFeature, Voice, check_speed
+from .synth import (
+    SynthesisError,
+    Synthesizer,
+    UnsupportedVoiceFeature,
+    Voice,
+    check_speed,
+    check_text,
+)
 from .synth_espeak_lib import EspeakVoice, load_library, voice_languages
+from .synth_espeak_voices import ListedVoice, VoiceNames, variant_files
 
 DEFAULT_VOICE = "en-us"
 _BUFFER_MS = 60
@@ -46,11 +54,11 @@ def _library() -> tuple[ctypes.CDLL, int]:
         import espeakng_loader
 
         lib = load_library(espeakng_loader.get_library_path())
-        data_dir = Path(espeakng_loader.get_data_path()).parent
-        rate = lib.espeak_Initialize(_SYNCHRONOUS, _BUFFER_MS, str(data_dir).encode(), 0)
+        data_dir = Path(espeakng_loader.get_data_path())  # .../espeak-ng-data
+        rate = lib.espeak_Initialize(_SYNCHRONOUS, _BUFFER_MS, str(data_dir.parent).encode(), 0)
         if rate <= 0:
             raise SynthesisError(f"eSpeak NG did not initialise (data in {data_dir})")
-        _state["lib"], _state["rate"] = lib, rate
+        _state["lib"], _state["rate"], _state["data_dir"] = lib, rate, data_dir
     return _state["lib"], _state["rate"]  # type: ignore[return-value]
 
 
@@ -76,7 +84,7 @@ class EspeakSynthesizer(Synthesizer):
         """Listed name (lower case) -> voice; caller holds `_LOCK`."""
         if "voices" not in _state:
             table: dict[str, Voice] = {}
-            ids: dict[str, str] = {}
+            listed: list[ListedVoice] = []
             found = self._lib.espeak_ListVoices(None)
             i = 0
             while found and found[i]:
@@ -84,24 +92,25 @@ class EspeakSynthesizer(Synthesizer):
                 ident = (v.identifier or b"").decode(errors="replace")
                 langs = voice_languages(v.languages)
                 name = langs[0] if langs else ident
+                description = (v.name or b"").decode(errors="replace")
                 table[name.lower()] = Voice(
                     name=name,
-                    description=(v.name or b"").decode(errors="replace"),
+                    description=description,
                     languages=tuple(langs),
                     gender=_GENDERS.get(v.gender, ""),
                 )
-                ids[name.lower()] = ident
+                if ident:
+                    listed.append(ListedVoice(ident, tuple(langs), description))
                 i += 1
-            _state["voices"], _state["voice_ids"] = table, ids
+            variants = variant_files(_state["data_dir"])  # type: ignore[arg-type]
+            _state["voices"], _state["names"] = table, VoiceNames(listed, variants)
         return _state["voices"]  # type: ignore[return-value]
 
     def _voice_id(self, voice: str) -> bytes:
-        """A listed name (`en-gb`, optionally `+variant`) -> the file eSpeak loads; other
-        spellings eSpeak understands itself (`en`, `gmw/en`, `English (America)`) pass as is."""
+        """What eSpeak is given for a client's `voice`: only names from its own lists (see
+        `synth_espeak_voices`), never the string itself; caller holds `_LOCK`."""
         self._voice_table()
-        base, plus, variant = voice.partition("+")
-        ident = _state["voice_ids"].get(base.lower(), base)  # type: ignore[union-attr]
-        return f"{ident}{plus}{variant}".encode()
+        return _state["names"].resolve(voice)  # type: ignore[union-attr]
 
     def synthesize(
         self,
@@ -119,12 +128,13 @@ class EspeakSynthesizer(Synthesizer):
         wpm = int(round(_DEFAULT_WPM * check_speed(speed)))
         wpm = min(max(wpm, _WPM_RANGE[0]), _WPM_RANGE[1])
         voice = voice or DEFAULT_VOICE
+        check_text(text)
         with _LOCK:  # checked now, so a bad name fails before any audio is promised
             voice_id = self._voice_id(voice)
             if self._lib.espeak_SetVoiceByName(voice_id) != _EE_OK:
                 raise InvalidRequestError(
-                    f"Field 'voice': unknown voice '{voice}'; `llamactl tts --list-voices` "
-                    "lists them"
+                    f"Field 'voice': eSpeak NG cannot load the voice {voice!r} (an mbrola "
+                    "voice without mbrola?); `llamactl tts --list-voices` lists them"
                 )
         return self._stream(text, voice_id, wpm)
 

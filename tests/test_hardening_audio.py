@@ -1,0 +1,355 @@
+"""Hostile input on the speech paths, against the real server and the embedded eSpeak NG and
+Whisper: voices that used to crash the process, implausible WAV headers, lone surrogates,
+oversized uploads, realtime clients that never read. Every case must be a clear error and the
+server must still answer afterwards."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import socket
+import struct
+import time
+import wave
+
+import av
+import httpx
+import numpy as np
+import pytest
+from audiokit import SENTENCES, silence, speech, wav_bytes
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+CRASHING_VOICES = [
+    "../" * 12 + "etc/passwd",
+    "../" * 16 + "bin/ls",
+    "/etc/passwd",
+    "en-us+" + "a" * 60,
+    "en-us+../../../../../../../../../../../../etc/passwd",
+    "gmw/en",  # a file identifier: never passed through
+    "en\x00us",
+    "en-us+m3+m3",
+    "\\..\\..\\etc",
+]
+
+
+@pytest.fixture(scope="module")
+def live():
+    from serverkit import run_server
+
+    with run_server(parallel=1) as server:
+        yield server
+
+
+def _openai_error(r: httpx.Response, status: int = 400) -> dict:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body["error"]) == {"code", "message", "type"}
+    assert body["error"]["code"] == status
+    return body["error"]
+
+
+def _healthy(live) -> None:
+    assert httpx.get(live.url + "/health", timeout=5).status_code == 200
+
+
+def _loud_wav(data: bytes) -> bool:
+    with wave.open(io.BytesIO(data)) as w:
+        pcm = np.frombuffer(w.readframes(w.getnframes()), "<i2")
+    return pcm.size > 0 and float(np.sqrt(np.mean(pcm.astype(np.float64) ** 2))) > 300
+
+
+# ------------------------------------------------------------------------ voices
+@pytest.mark.parametrize("voice", CRASHING_VOICES)
+def test_path_and_overflow_voices_are_400_and_the_server_lives(live, voice):
+    speech_r = httpx.post(
+        live.v1 + "/audio/speech",
+        json={"model": "tts-1", "input": "Hello.", "voice": voice, "response_format": "wav"},
+        timeout=30,
+    )
+    assert "'voice'" in _openai_error(speech_r)["message"]
+    tts_r = httpx.post(live.url + "/tts", json={"input": "Hello.", "voice": voice}, timeout=30)
+    message = _openai_error(tts_r)["message"]
+    assert "'voice'" in message and "passwd" not in message[200:]
+    _healthy(live)
+
+
+@pytest.mark.parametrize(
+    "voice", ["en-us", "EN-GB+F3", "en-us+m7", "en-us+Mr serious", "fr", "en", "English (America)"]
+)
+def test_known_voices_and_variants_still_speak(live, voice):
+    r = httpx.post(live.url + "/tts", json={"input": "Hello there.", "voice": voice}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert _loud_wav(r.content)
+
+
+def test_openai_names_speak_on_the_openai_route(live):
+    for voice in ("nova", "echo", "en-gb+f2"):
+        r = httpx.post(
+            live.v1 + "/audio/speech",
+            json={"input": "Hello there.", "voice": voice, "response_format": "wav"},
+            timeout=30,
+        )
+        assert r.status_code == 200 and _loud_wav(r.content)
+
+
+def test_lone_surrogate_input_is_400(live):
+    body = b'{"input": "hello \\ud800 there"}'
+    headers = {"content-type": "application/json"}
+    r = httpx.post(live.url + "/tts", content=body, headers=headers, timeout=30)
+    assert "'input'" in _openai_error(r)["message"]
+    body = b'{"model": "tts-1", "input": "hello \\udfff", "response_format": "pcm"}'
+    r = httpx.post(live.v1 + "/audio/speech", content=body, headers=headers, timeout=30)
+    assert "input" in _openai_error(r)["message"]
+    _healthy(live)
+
+
+def test_tts_input_is_bounded(live):
+    r = httpx.post(live.url + "/tts", json={"input": "a " * 10000}, timeout=30)
+    assert "16384" in _openai_error(r)["message"]
+
+
+# ------------------------------------------------------------------- audio input
+def _wav_with_rate(rate: int, n_bytes: int = 8000) -> bytes:
+    """A PCM16 mono WAV whose header claims `rate` (struct-built: `wave` refuses rate 0)."""
+    data = np.zeros(n_bytes // 2, "<i2").tobytes()
+    fmt = struct.pack("<HHIIHH", 1, 1, rate, (rate * 2) % 2**32, 2, 16)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", 16) + fmt + b"data"
+    body += struct.pack("<I", len(data)) + data
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def _transcribe(live, data: bytes, name: str = "a.wav") -> httpx.Response:
+    return httpx.post(
+        live.v1 + "/audio/transcriptions",
+        files={"file": (name, data)},
+        data={"model": "whisper-1"},
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("rate", [0, 1, 999, 384001, 2**32 - 1])
+def test_implausible_wav_rates_are_400(live, rate):
+    message = _openai_error(_transcribe(live, _wav_with_rate(rate)))["message"]
+    assert "sample rate" in message and "1000" in message
+    _healthy(live)
+
+
+def test_plausible_wav_is_transcribed(live):
+    pcm, rate = speech(SENTENCES[3])
+    r = _transcribe(live, wav_bytes(pcm, rate))
+    assert r.status_code == 200 and "train" in r.json()["text"].lower()
+
+
+def _flac(seconds: float, rate: int = 16000) -> bytes:
+    out = io.BytesIO()
+    with av.open(out, "w", format="flac") as container:
+        stream = container.add_stream("flac", rate=rate, layout="mono")
+        samples = np.zeros((1, int(seconds * rate)), np.int16)
+        frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
+        frame.sample_rate = rate
+        for packet in stream.encode(frame):
+            container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    return out.getvalue()
+
+
+def test_audio_longer_than_max_audio_seconds_is_400(live, monkeypatch):
+    monkeypatch.setattr(live.state.settings, "max_audio_seconds", 2.0)
+    wav = wav_bytes(silence(3.0, 16000), 16000)
+    assert "max_audio_seconds" in _openai_error(_transcribe(live, wav))["message"]
+    flac = _flac(3.0)
+    message = _openai_error(_transcribe(live, flac, "a.flac"))["message"]
+    assert "max_audio_seconds" in message
+    assert _transcribe(live, wav_bytes(silence(1.0, 16000), 16000)).status_code == 200
+
+
+def test_upload_larger_than_max_audio_upload_mib_is_413(live, monkeypatch):
+    monkeypatch.setattr(live.state.settings, "max_audio_upload_mib", 1)
+    wav = wav_bytes(silence(40.0, 16000), 16000)  # 1.28 MB
+    assert "max_audio_upload_mib" in _openai_error(_transcribe(live, wav), 413)["message"]
+
+
+# ---------------------------------------------------------------------- realtime
+class Realtime:
+    def __init__(self, live, query: str = "", rcvbuf: int | None = None) -> None:
+        url = live.url.replace("http://", "ws://") + "/v1/realtime" + query
+        sock = None
+        if rcvbuf is not None:  # a small fixed buffer: a client that stops reading is felt
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            sock.connect(("127.0.0.1", int(live.url.rsplit(":", 1)[1])))
+        self._cm = connect(url, open_timeout=30, max_size=None, sock=sock)
+        self.ws = self._cm.__enter__()
+
+    def send(self, payload: dict | str) -> None:
+        self.ws.send(payload if isinstance(payload, str) else json.dumps(payload))
+
+    def until(self, type_: str, timeout: float = 60) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            event = json.loads(self.ws.recv(timeout=max(0.1, deadline - time.monotonic())))
+            if event["type"] == type_:
+                return event
+
+    def close(self) -> None:
+        self._cm.__exit__(None, None, None)
+
+
+@pytest.mark.parametrize("voice", CRASHING_VOICES[:4])
+def test_realtime_bad_voice_is_an_error_event_and_the_session_is_unchanged(live, voice):
+    c = Realtime(live)
+    try:
+        c.until("session.created")
+        c.send({"type": "session.update", "session": {"audio": {"output": {"voice": voice}}}})
+        error = c.until("error")["error"]
+        assert error["param"] == "session.audio.output.voice"
+        c.send({"type": "session.update", "session": {"instructions": "Be brief."}})
+        session = c.until("session.updated")["session"]
+        assert session["audio"]["output"]["voice"] == "alloy"
+        c.send({"type": "session.update", "session": {"audio": {"output": {"voice": "fr"}}}})
+        assert c.until("session.updated")["session"]["audio"]["output"]["voice"] == "fr"
+    finally:
+        c.close()
+    _healthy(live)
+
+
+def test_realtime_lone_surrogate_and_deep_nesting_are_error_events(live):
+    c = Realtime(live)
+    try:
+        c.until("session.created")
+        c.send(
+            '{"type": "conversation.item.create", "item": {"type": "message", "role": "user",'
+            ' "content": [{"type": "input_text", "text": "hi \\ud800"}]}}'
+        )
+        error = c.until("error")["error"]
+        assert error["param"] == "item.content[0].text"
+        c.send('{"type": "session.update", "session": {"instructions": "\\udc00"}}')
+        assert c.until("error")["error"]["param"] == "session.instructions"
+        c.send("[" * 200_000 + "]" * 200_000)
+        assert c.until("error")["error"]["code"] == "invalid_json"
+        c.send({"type": "x" * 100_000})
+        error = c.until("error")["error"]
+        assert len(error["message"]) <= 1024
+        c.send(
+            {
+                "type": "conversation.item.create",
+                "item": {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "Hello."}],
+                },
+            }
+        )
+        assert c.until("conversation.item.added")["item"]["content"][0]["text"] == "Hello."
+    finally:
+        c.close()
+
+
+def _streams(live) -> int:
+    from llamactl.server.openai_audio.service import audio_service
+
+    return audio_service(live.app).live_streams
+
+
+@pytest.fixture(scope="module")
+def wide_frames():
+    """The server with uvicorn's websocket frame limit above 16 MiB (the serve command sets
+    it; serverkit keeps uvicorn's default), so the 15 MiB append can reach the session."""
+    import threading
+
+    import uvicorn
+    from llamactl.server.app import create_app
+    from serverkit import LiveServer, free_port, hermetic_settings
+
+    app = create_app(hermetic_settings({"parallel": 1, "threads": 2}))
+    port = free_port()
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", ws_max_size=32 * 1024 * 1024
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    try:
+        yield LiveServer(url, app)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def test_realtime_the_documented_15_mib_append_is_accepted(wide_frames):
+    c = Realtime(wide_frames, "?intent=transcription")
+    try:
+        c.until("session.created")
+        audio = np.zeros(15 * 1024 * 1024 // 2, "<i2").tobytes()
+        payload = {"type": "input_audio_buffer.append", "audio": base64.b64encode(audio).decode()}
+        started = time.monotonic()
+        c.send(payload)
+        c.send({"type": "input_audio_buffer.commit"})
+        done = c.until("conversation.item.input_audio_transcription.completed", timeout=300)
+        assert done["transcript"] == ""
+        assert time.monotonic() - started < 300
+    finally:
+        c.close()
+
+
+def test_realtime_buffered_audio_is_bounded(live, monkeypatch):
+    monkeypatch.setattr(live.state.settings, "realtime_max_buffer_seconds", 60.0)
+    c = Realtime(live, "?intent=transcription")
+    try:
+        c.until("session.created")
+        minute = np.zeros(24000 * 50, "<i2").tobytes()  # 50 s at 24 kHz
+        payload = {"type": "input_audio_buffer.append", "audio": base64.b64encode(minute).decode()}
+        c.send(payload)
+        c.send(payload)  # 100 s waiting, over the 60 s bound (the VAD cannot be that fast)
+        error = c.until("error")["error"]
+        assert error["code"] == "input_audio_buffer_full"
+        assert "realtime_max_buffer_seconds" in error["message"]
+        c.send({"type": "input_audio_buffer.commit"})
+        c.until("input_audio_buffer.committed")
+    finally:
+        c.close()
+
+
+def test_realtime_client_that_never_reads_is_dropped(live, monkeypatch):
+    from llamactl.server.realtime import connection
+
+    monkeypatch.setattr(connection, "MAX_QUEUED_BYTES", 1024 * 1024)
+    before = _streams(live)
+    c = Realtime(live, "?intent=transcription", rcvbuf=16384)
+    try:
+        c.until("session.created")
+        assert _streams(live) == before + 1
+        junk = json.dumps({"type": "unknown." + "x" * 2000})
+        sent = 0
+        while _streams(live) > before and sent < 200_000:  # never reads from here on
+            c.send(junk)
+            sent += 1
+        assert _streams(live) == before, "the server kept a client that never reads"
+        received = 0
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                c.ws.recv(timeout=30)
+                received += 1
+        assert received < sent
+        # the close frame reaches a client that reads again; one that never does is cut off
+        rcvd = closed.value.rcvd
+        assert rcvd is None or (rcvd.code == 1008 and "not reading" in rcvd.reason)
+    finally:
+        c.close()
+    _healthy(live)
+    again = Realtime(live, "?intent=transcription")
+    try:
+        again.until("session.created")
+    finally:
+        again.close()
