@@ -353,3 +353,44 @@ def test_realtime_client_that_never_reads_is_dropped(live, monkeypatch):
         again.until("session.created")
     finally:
         again.close()
+
+
+def _audio_part(seconds: float) -> dict:
+    pcm = np.zeros(int(24000 * seconds), "<i2").tobytes()
+    return {"type": "input_audio", "audio": base64.b64encode(pcm).decode()}
+
+
+def test_realtime_created_items_audio_and_text_are_bounded(live, monkeypatch):
+    monkeypatch.setattr(live.state.settings, "realtime_max_buffer_seconds", 60.0)
+    c = Realtime(live)
+    try:
+        c.until("session.created")
+        item = {"type": "message", "role": "user", "content": [_audio_part(35), _audio_part(35)]}
+        c.send({"type": "conversation.item.create", "item": item})
+        error = c.until("error")["error"]
+        assert error["code"] == "input_audio_buffer_full" and error["param"] == "item.content"
+        item = {"type": "message", "role": "user", "content": [_audio_part(30)]}
+        c.send({"type": "conversation.item.create", "item": item})
+        c.until("conversation.item.done")
+        text = {"type": "input_text", "text": "a" * (1024 * 1024 + 1)}
+        item = {"type": "message", "role": "user", "content": [text]}
+        c.send({"type": "conversation.item.create", "item": item})
+        error = c.until("error")["error"]
+        assert error["code"] == "conversation_full"
+        hi = {"type": "input_text", "text": "Hi"}
+        item = {"type": "message", "role": "user", "content": [hi]}
+        c.send({"type": "conversation.item.create", "item": item})
+        assert c.until("conversation.item.added")["item"]["content"][0]["text"] == "Hi"
+    finally:
+        c.close()
+
+
+def test_tts_multipart_file_part_is_bounded(live):
+    from llamactl.server.tts.routes import MAX_BODY
+
+    big = b"\0" * (MAX_BODY + 1)
+    r = httpx.post(
+        live.url + "/tts", data={"input": "Hi."}, files={"speaker_ref": ("a.wav", big)}, timeout=60
+    )
+    assert r.status_code == 413, r.text
+    _healthy(live)

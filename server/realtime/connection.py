@@ -165,7 +165,7 @@ class Connection:
                 self.send(event("session.updated", session=session.session_object()))
 
     async def _read(self) -> None:
-        while True:
+        while not self._dropped:  # dropped while handling the last event: stop here
             try:
                 message = await self.ws.receive()
             except (WebSocketDisconnect, RuntimeError):

@@ -55,6 +55,7 @@ from .speaker import Speaker
 from .transcription import TranscriptionSession, _decode_audio
 
 MAX_ITEMS = 4096
+MAX_CLIENT_TEXT = 1024 * 1024  # characters of text in the items a client creates (~250k tokens)
 MAX_METADATA = 16
 
 
@@ -66,6 +67,7 @@ class _Item:
         self.transcribed: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         self.committed_at = time.monotonic()
         self.speaker: Speaker | None = None  # assistant audio: maps audio back to text
+        self.client_chars = 0  # text the client wrote into it (conversation.item.create)
 
     @property
     def id(self) -> str:
@@ -90,6 +92,8 @@ class ConversationSession(TranscriptionSession):
         self._caught_up = asyncio.Event()
         self._caught_up.set()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._pending_item_audio = 0.0  # seconds of created items' audio not yet transcribed
+        self._client_chars = 0  # text in the items the client created (MAX_CLIENT_TEXT)
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -233,13 +237,29 @@ class ConversationSession(TranscriptionSession):
         if previous not in (None, "root"):
             self._index(previous)
         data, audio = self._parse_item(raw)
+        chars = sum(len(p.get("text") or p.get("transcript") or "") for p in data["content"])
+        if self._client_chars + chars > MAX_CLIENT_TEXT:
+            raise ProtocolError(
+                f"the conversation holds at most {MAX_CLIENT_TEXT} characters of client text "
+                f"({self._client_chars} now, this item {chars}); delete some items first",
+                code="conversation_full",
+                param="item.content",
+            )
+        seconds = sum(len(pcm) for _, pcm in audio) / 2 / self.config.rate
+        self._reserve_item_audio(seconds)
         item = _Item(data)
+        item.client_chars = chars
         if not audio:
             item.transcribed.set_result(0.0)
-        after = self._insert(item, previous)
+        try:
+            after = self._insert(item, previous)
+        except ProtocolError:
+            self._pending_item_audio -= seconds
+            raise
+        self._client_chars += chars
         self.conn.send(event("conversation.item.added", previous_item_id=after, item=data))
         if audio:
-            self._spawn(self._transcribe_item(item, audio))
+            self._spawn(self._transcribe_item(item, audio, seconds))
         else:
             self.conn.send(event("conversation.item.done", previous_item_id=after, item=data))
 
@@ -311,7 +331,25 @@ class ConversationSession(TranscriptionSession):
         }
         return data, audio
 
-    async def _transcribe_item(self, item: _Item, audio: list[tuple[int, bytes]]) -> None:
+    def _reserve_item_audio(self, seconds: float) -> None:
+        """Created items' audio waits for the worker like appended audio does, under the same
+        bound (`realtime_max_buffer_seconds`): otherwise a client creating items faster than
+        they are transcribed would hold any amount of audio."""
+        limit = self._max_buffered_seconds
+        if seconds and limit is not None and self._pending_item_audio + seconds > limit:
+            raise ProtocolError(
+                f"{self._pending_item_audio:.0f} s of created items' audio are waiting to be "
+                f"transcribed and this item adds {seconds:.0f} s, over the {limit:g} s a "
+                "session may hold (realtime_max_buffer_seconds); wait for their "
+                "transcriptions",
+                code="input_audio_buffer_full",
+                param="item.content",
+            )
+        self._pending_item_audio += seconds
+
+    async def _transcribe_item(
+        self, item: _Item, audio: list[tuple[int, bytes]], seconds: float
+    ) -> None:
         """Transcribe the input_audio parts of a created item (whole, not streamed)."""
         t0 = time.monotonic()
         loop = asyncio.get_running_loop()
@@ -372,6 +410,7 @@ class ConversationSession(TranscriptionSession):
                 )
             )
         finally:
+            self._pending_item_audio -= seconds
             if not item.transcribed.done():
                 item.transcribed.set_result((time.monotonic() - t0) * 1000)
             self.conn.send(
@@ -385,6 +424,7 @@ class ConversationSession(TranscriptionSession):
     async def _item_delete(self, ev: dict[str, Any]) -> None:
         i = self._index(ev.get("item_id"))
         item = self.items.pop(i)
+        self._client_chars -= item.client_chars
         if not item.transcribed.done():
             item.transcribed.set_result(0.0)
         self.conn.send(event("conversation.item.deleted", item_id=item.id))

@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from llamactl.engine.audio.synth_encode import MEDIA_TYPES, encode, pcm_bytes
 
 from ..common import server_state
-from ..errors import bad_request
+from ..errors import APIError, bad_request
 from ..sse import data_frame
 from . import serving
 from .protocol import SpeechBody, TTSBody, TTSRequest, parse_tts
@@ -86,7 +86,13 @@ async def create_tts(request: Request) -> Response:
         form = await request.form(max_part_size=MAX_BODY)
         fields: dict[str, Any] = {}
         for key, value in form.multi_items():
-            fields[key] = await value.read() if hasattr(value, "read") else value
+            if hasattr(value, "read"):  # a file part: Starlette spools it without a bound
+                value = await value.read(MAX_BODY + 1)
+                if len(value) > MAX_BODY:
+                    raise APIError(
+                        413, f"Field '{key}': a file part holds {MAX_BODY // 2**20} MiB at most"
+                    )
+            fields[key] = value
         req = await run_in_threadpool(parse_tts, fields, form=True)
     else:
         req = await run_in_threadpool(_parse_json, await request.body())
@@ -103,7 +109,7 @@ async def create_tts(request: Request) -> Response:
             _pcm_stream(chunks), media_type=f"audio/pcm;rate={rate}", headers=_rate_headers(rate)
         )
     samples = await serving.collect(chunks)
-    wav = encode(samples, rate, "wav")
+    wav = await run_in_threadpool(encode, samples, rate, "wav")
     return Response(wav, media_type="audio/wav", headers=_rate_headers(rate))
 
 
