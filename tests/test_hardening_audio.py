@@ -394,3 +394,27 @@ def test_tts_multipart_file_part_is_bounded(live):
     )
     assert r.status_code == 413, r.text
     _healthy(live)
+
+
+def test_realtime_out_of_band_responses_are_bounded(live):
+    c = Realtime(live)
+    try:
+        c.until("session.created")
+        ask = {"type": "input_text", "text": "Count from one to fifty."}
+        response = {
+            "conversation": "none",
+            "output_modalities": ["text"],
+            "max_output_tokens": 64,
+            "input": [{"type": "message", "role": "user", "content": [ask]}],
+        }
+        for _ in range(6):
+            c.send({"type": "response.create", "response": response})
+        events, done = [], 0
+        deadline = time.monotonic() + 120
+        while done < 4 and time.monotonic() < deadline:
+            events.append(json.loads(c.ws.recv(timeout=120)))
+            done += events[-1]["type"] == "response.done"
+        codes = [e["error"]["code"] for e in events if e["type"] == "error"]
+        assert done == 4 and codes.count("too_many_active_responses") == 2
+    finally:
+        c.close()

@@ -55,6 +55,7 @@ from .speaker import Speaker
 from .transcription import TranscriptionSession, _decode_audio
 
 MAX_ITEMS = 4096
+MAX_ACTIVE_RESPONSES = 4  # out-of-band ones included: one session cannot fill the engine queue
 MAX_CLIENT_TEXT = 1024 * 1024  # characters of text in the items a client creates (~250k tokens)
 MAX_METADATA = 16
 
@@ -507,6 +508,12 @@ class ConversationSession(TranscriptionSession):
                 "the conversation already has an active response; cancel it or wait for "
                 "response.done",
                 code="conversation_already_has_active_response",
+            )
+        if sum(r.active for r in self.responses) >= MAX_ACTIVE_RESPONSES:
+            raise ProtocolError(
+                f"a session runs at most {MAX_ACTIVE_RESPONSES} responses at once; wait for "
+                "a response.done",
+                code="too_many_active_responses",
             )
         self._respond(out, in_conversation, inputs, metadata)
 
