@@ -53,6 +53,7 @@ from .events import ProtocolError, event, new_id
 from .response import Response
 from .speaker import Speaker
 from .transcription import TranscriptionSession, _decode_audio
+from .wire import OFF_LOOP_CHARS
 
 MAX_ITEMS = 4096
 MAX_ACTIVE_RESPONSES = 4  # out-of-band ones included: one session cannot fill the engine queue
@@ -237,7 +238,8 @@ class ConversationSession(TranscriptionSession):
             raise ProtocolError("previous_item_id must be a string", param="previous_item_id")
         if previous not in (None, "root"):
             self._index(previous)
-        data, audio = self._parse_item(raw)
+        data, encoded = self._parse_item(raw)
+        audio = await _decode_parts(encoded)
         chars = sum(len(p.get("text") or p.get("transcript") or "") for p in data["content"])
         if self._client_chars + chars > MAX_CLIENT_TEXT:
             raise ProtocolError(
@@ -264,8 +266,9 @@ class ConversationSession(TranscriptionSession):
         else:
             self.conn.send(event("conversation.item.done", previous_item_id=after, item=data))
 
-    def _parse_item(self, raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[int, bytes]]]:
-        """The item in the GA shape (audio data dropped) and any input audio to transcribe."""
+    def _parse_item(self, raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[int, Any]]]:
+        """The item in the GA shape (audio data dropped) and any input audio to transcribe,
+        still base64 (see `_decode_parts`)."""
         kind = raw.get("type", "message")
         if kind != "message":
             raise ProtocolError(
@@ -297,7 +300,7 @@ class ConversationSession(TranscriptionSession):
         if not isinstance(parts, list) or not parts:
             raise ProtocolError("item.content must be a non-empty list", param="item.content")
         content: list[dict[str, Any]] = []
-        audio: list[tuple[int, bytes]] = []
+        audio: list[tuple[int, Any]] = []
         for n, part in enumerate(parts):
             param = f"item.content[{n}]"
             if not isinstance(part, dict) or part.get("type") not in allowed[role]:
@@ -312,8 +315,7 @@ class ConversationSession(TranscriptionSession):
                         {"type": "input_audio", "transcript": _text(part, "transcript", param)}
                     )
                     continue
-                pcm = _decode_audio(part.get("audio"))
-                audio.append((len(content), pcm))
+                audio.append((len(content), part.get("audio")))
                 content.append({"type": "input_audio", "transcript": None})
             elif kind == "output_audio":
                 content.append(
@@ -699,6 +701,16 @@ class ConversationSession(TranscriptionSession):
             if isinstance(ev, StreamFailed):
                 self._caught_up.set()
             super()._on_event(ev)
+
+
+async def _decode_parts(encoded: list[tuple[int, Any]]) -> list[tuple[int, bytes]]:
+    """Decode items' base64 audio; megabytes of it on a worker thread, not the event loop."""
+
+    def decode() -> list[tuple[int, bytes]]:
+        return [(index, _decode_audio(audio)) for index, audio in encoded]
+
+    size = sum(len(audio) for _, audio in encoded if isinstance(audio, str))
+    return await run_in_threadpool(decode) if size > OFF_LOOP_CHARS else decode()
 
 
 def _text(part: dict[str, Any], key: str, param: str) -> str:
