@@ -28,7 +28,7 @@ _FALSE = ("false", "0", "no", "off")
 class TTSBody(BaseModel):
     """`POST /tts` (JSON, or the same fields as multipart/form-data)."""
 
-    input: str = Field(description=f"Text to speak, {MAX_TTS_INPUT} characters at most.")
+    input: str = Field(description="Text to speak.")
     speaker_ref: str | None = Field(
         None,
         description="Reference voice to clone: base64 audio in JSON, or a file part in "
