@@ -418,3 +418,13 @@ def test_realtime_out_of_band_responses_are_bounded(live):
         assert done == 4 and codes.count("too_many_active_responses") == 2
     finally:
         c.close()
+
+
+def test_read_audio_decodes_straight_to_the_asked_rate_within_the_bound():
+    from llamactl.engine.audio.decode import AudioTooLongError, read_audio
+
+    for data in (_flac(2.0, 48000), wav_bytes(silence(2.0, 48000), 48000)):
+        pcm, rate = read_audio(data, max_seconds=3.0, rate=16000)
+        assert rate == 16000 and abs(pcm.size - 32000) < 1600
+        with pytest.raises(AudioTooLongError, match="max_audio_seconds"):
+            read_audio(data, max_seconds=1.5, rate=16000)

@@ -70,7 +70,12 @@ async def create_transcription(
     service = await ready_service(request.app)
     check_transcription_model(service, request.app, model)
     language = service.transcriber.check_language(language)
-    pcm, rate = await run_in_threadpool(read_audio, data, max_seconds=settings.max_audio_seconds)
+    pcm, rate = await run_in_threadpool(
+        read_audio,
+        data,
+        max_seconds=settings.max_audio_seconds,
+        rate=service.transcriber.sample_rate,  # decoded straight to the model's rate
+    )
     duration = pcm.size / rate
     parts = segments(service, pcm, rate, language=language, prompt=prompt)
     if stream:

@@ -20,7 +20,7 @@ import numpy as np
 
 from llamactl.engine.errors import InvalidRequestError
 
-from .pcm import to_float32
+from .pcm import resample, to_float32
 
 FILE_RATES = (1000, 384000)  # Hz: below is no real recording, above no real converter
 
@@ -49,10 +49,15 @@ def _too_long(max_seconds: float) -> AudioTooLongError:
 
 
 def read_audio(
-    source: str | Path | bytes | BinaryIO, *, max_seconds: float | None = None
+    source: str | Path | bytes | BinaryIO,
+    *,
+    max_seconds: float | None = None,
+    rate: int | None = None,
 ) -> tuple[np.ndarray, int]:
     """(mono float32 samples, sample rate) of a file path, bytes or binary file object,
-    refusing more than `max_seconds` of audio."""
+    refusing more than `max_seconds` of audio. With `rate`, the samples are at that rate
+    (decoded straight to it: an hour at 48 kHz never exists in memory when 16 kHz is wanted);
+    otherwise at the file's own."""
     data = Path(source).read_bytes() if isinstance(source, str | Path) else source
     if isinstance(data, bytes | bytearray):
         if not data:
@@ -65,10 +70,14 @@ def read_audio(
     buf.seek(start)
     if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
         try:
-            return _read_wav(buf, max_seconds)
+            samples, native = _read_wav(buf, max_seconds)
         except (wave.Error, EOFError, ValueError):
             buf.seek(start)  # a WAV codec `wave` does not read (float, ADPCM...): try PyAV
-    return _read_av(buf, max_seconds)
+        else:
+            if rate is None or rate == native:
+                return samples, native
+            return resample(samples, native, rate), rate
+    return _read_av(buf, max_seconds, rate)
 
 
 def _read_wav(buf: BinaryIO, max_seconds: float | None) -> tuple[np.ndarray, int]:
@@ -100,7 +109,9 @@ def _read_wav(buf: BinaryIO, max_seconds: float | None) -> tuple[np.ndarray, int
     return to_float32(samples), rate
 
 
-def _read_av(buf: BinaryIO, max_seconds: float | None) -> tuple[np.ndarray, int]:
+def _read_av(
+    buf: BinaryIO, max_seconds: float | None, out_rate: int | None
+) -> tuple[np.ndarray, int]:
     import av  # imported here: only non-WAV input needs it
 
     try:
@@ -108,7 +119,8 @@ def _read_av(buf: BinaryIO, max_seconds: float | None) -> tuple[np.ndarray, int]
             if not container.streams.audio:
                 raise AudioDecodeError("the file has no audio stream")
             stream = container.streams.audio[0]
-            rate = check_file_rate(int(stream.codec_context.sample_rate or stream.rate or 0))
+            native = check_file_rate(int(stream.codec_context.sample_rate or stream.rate or 0))
+            rate = out_rate or native
             limit = None if max_seconds is None else max_seconds * rate
             resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
             chunks: list[np.ndarray] = []
