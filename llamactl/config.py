@@ -127,6 +127,7 @@ class Settings:
     max_audio_seconds: float = 3600.0  # decoded length of one transcription upload
     max_audio_upload_mib: int = 64  # size of one transcription upload
     realtime_max_buffer_seconds: float = 1200.0  # input audio a realtime session holds unread
+    realtime_max_sessions: int = 32  # /v1/realtime connections served at once
     # Bookkeeping, not settings: the file that was read (None if there was none) and where
     # each setting's value came from.
     config_file: Path | None = field(default=None, compare=False, metadata=_INTERNAL)
@@ -192,6 +193,7 @@ _LIMITS: dict[str, tuple[float | None, float | None]] = {
     "max_audio_seconds": (1.0, None),
     "max_audio_upload_mib": (1, None),
     "realtime_max_buffer_seconds": (60.0, None),
+    "realtime_max_sessions": (1, None),
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import socket
 import struct
 import time
@@ -321,32 +322,103 @@ def test_realtime_buffered_audio_is_bounded(live, monkeypatch):
         c.close()
 
 
+class SilentClient:
+    """A websocket client on a bare socket that sends frames and never reads one: the
+    handshake is written by hand, so nothing drains the socket behind the test's back."""
+
+    def __init__(self, live, query: str) -> None:
+        port = int(live.url.rsplit(":", 1)[1])
+        self.sock = socket.socket()
+        # small and fixed before connecting (the window is agreed on connect): the server
+        # feels a client that stops reading at once, not after tens of MB of kernel buffers
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        self.sock.settimeout(30)
+        self.sock.connect(("127.0.0.1", port))
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall(
+            f"GET /v1/realtime{query} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += self.sock.recv(1)  # byte by byte: not one byte of a frame is read
+        assert head.startswith(b"HTTP/1.1 101"), head
+
+    def send_text(self, text: str) -> None:
+        payload, mask = text.encode(), os.urandom(4)
+        n = len(payload)
+        if n < 126:
+            header = struct.pack("!BB", 0x81, 0x80 | n)
+        elif n < 65536:
+            header = struct.pack("!BBH", 0x81, 0x80 | 126, n)
+        else:
+            header = struct.pack("!BBQ", 0x81, 0x80 | 127, n)
+        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        self.sock.sendall(header + mask + masked)
+
+    def read_until_close(self, timeout: float) -> tuple[int, int | None, str]:
+        """Read the server's frames up to its close frame: (bytes read, close code, reason);
+        code None if the connection ended without one."""
+        self.sock.settimeout(timeout)
+        buf, total, pos = b"", 0, 0
+        while True:
+            if len(buf) - pos >= 2:
+                opcode, n = buf[pos] & 0x0F, buf[pos + 1] & 0x7F
+                start = pos + 2 + {126: 2, 127: 8}.get(n, 0)
+                if len(buf) >= start:
+                    if n == 126:
+                        n = struct.unpack("!H", buf[pos + 2 : start])[0]
+                    elif n == 127:
+                        n = struct.unpack("!Q", buf[pos + 2 : start])[0]
+                    if len(buf) >= start + n:
+                        if opcode == 8:
+                            code = struct.unpack("!H", buf[start : start + 2])[0]
+                            return total, code, buf[start + 2 : start + n].decode()
+                        pos = start + n
+                        continue
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                return total, None, ""
+            total += len(chunk)
+            buf = buf[pos:] + chunk
+            pos = 0
+
+
 def test_realtime_client_that_never_reads_is_dropped(live, monkeypatch):
+    import threading
+
     from llamactl.server.realtime import connection
 
     monkeypatch.setattr(connection, "MAX_QUEUED_BYTES", 1024 * 1024)
-    before = _streams(live)
-    c = Realtime(live, "?intent=transcription", rcvbuf=16384)
+    dropped = threading.Event()
+    drop = connection.Connection._drop_client
+
+    def spy(self):
+        dropped.set()
+        drop(self)
+
+    monkeypatch.setattr(connection.Connection, "_drop_client", spy)
+    c = SilentClient(live, "?intent=transcription")
     try:
-        c.until("session.created")
-        assert _streams(live) == before + 1
         junk = json.dumps({"type": "unknown." + "x" * 2000})
         sent = 0
-        while _streams(live) > before and sent < 200_000:  # never reads from here on
-            c.send(junk)
+        c.sock.settimeout(1.0)
+        while not dropped.is_set() and sent < 50_000:  # each answered by a ~1.2 KB error
+            try:
+                c.send_text(junk)
+            except TimeoutError:  # the server stopped reading us: it has dropped us
+                break
             sent += 1
-        assert _streams(live) == before, "the server kept a client that never reads"
-        received = 0
-        with pytest.raises(ConnectionClosed) as closed:
-            while True:
-                c.ws.recv(timeout=30)
-                received += 1
-        assert received < sent
-        # the close frame reaches a client that reads again; one that never does is cut off
-        rcvd = closed.value.rcvd
-        assert rcvd is None or (rcvd.code == 1008 and "not reading" in rcvd.reason)
+        assert dropped.is_set(), f"the server kept a client that read none of {sent} errors"
+        received, code, reason = c.read_until_close(timeout=30)
+        assert received < 8 * 1024 * 1024  # what the socket buffers held, not the backlog
+        assert code == 1008 and "not reading" in reason
     finally:
-        c.close()
+        c.sock.close()
     _healthy(live)
     again = Realtime(live, "?intent=transcription")
     try:
@@ -428,3 +500,30 @@ def test_read_audio_decodes_straight_to_the_asked_rate_within_the_bound():
         assert rate == 16000 and abs(pcm.size - 32000) < 1600
         with pytest.raises(AudioTooLongError, match="max_audio_seconds"):
             read_audio(data, max_seconds=1.5, rate=16000)
+
+
+def test_realtime_sessions_are_bounded(live, monkeypatch):
+    monkeypatch.setattr(live.state.settings, "realtime_max_sessions", 1)
+    first = Realtime(live, "?intent=transcription")
+    try:
+        first.until("session.created")
+        second = Realtime(live, "?intent=transcription")
+        try:
+            error = json.loads(second.ws.recv(timeout=30))["error"]
+            assert error["code"] == "too_many_sessions"
+            assert "realtime_max_sessions" in error["message"]
+            with pytest.raises(ConnectionClosed) as closed:
+                second.ws.recv(timeout=30)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+        finally:
+            second.close()
+    finally:
+        first.close()
+    deadline = time.monotonic() + 30
+    while live.app.state.llamactl_realtime_sessions and time.monotonic() < deadline:
+        time.sleep(0.05)
+    third = Realtime(live, "?intent=transcription")
+    try:
+        third.until("session.created")
+    finally:
+        third.close()

@@ -33,7 +33,9 @@ log = logging.getLogger("llamactl.server.realtime")
 MAX_EVENT_BYTES = 24 * 1024 * 1024
 MAX_QUEUED_BYTES = 32 * 1024 * 1024  # server events a client may leave unread (~8 min of audio)
 CLOSE_NOT_READING = 1008  # policy violation: the client does not read what it is sent
+CLOSE_TRY_LATER = 1013
 MAX_EVENT_ID = 512
+_LIVE = "llamactl_realtime_sessions"  # app.state: connections being served now
 _CLOSE_TIMEOUT = 2.0
 
 
@@ -43,6 +45,11 @@ def session_kinds() -> dict[str, type[RealtimeSession]]:
     from .transcription import TranscriptionSession
 
     return {"transcription": TranscriptionSession, "realtime": ConversationSession}
+
+
+def _max_sessions(app: Any) -> int | None:
+    settings = getattr(getattr(app.state, "llamactl", None), "settings", None)
+    return getattr(settings, "realtime_max_sessions", None)
 
 
 class Connection:
@@ -109,6 +116,33 @@ class Connection:
     # ------------------------------------------------------------------ run
     async def run(self, kind: str) -> None:
         await self.ws.accept()
+        limit = _max_sessions(self.app)
+        live = getattr(self.app.state, _LIVE, 0)
+        if limit is not None and live >= limit:
+            await self._refuse_busy(limit)
+            return
+        setattr(self.app.state, _LIVE, live + 1)
+        try:
+            await self._serve(kind)
+        finally:
+            setattr(self.app.state, _LIVE, getattr(self.app.state, _LIVE, 1) - 1)
+
+    async def _refuse_busy(self, limit: int) -> None:
+        """Every session holds a stream and a share of the speech worker: past
+        `realtime_max_sessions` a new one is told so and closed (1013, try again later)."""
+        message = (
+            f"the server already serves {limit} realtime sessions (realtime_max_sessions); "
+            "try again later"
+        )
+        error = ProtocolError(message, type_="server_error", code="too_many_sessions")
+        with contextlib.suppress(Exception):
+            await self.ws.send_text(encode_event(error.to_event(None)))
+            await asyncio.wait_for(
+                self.ws.close(code=CLOSE_TRY_LATER, reason="too many realtime sessions"),
+                timeout=_CLOSE_TIMEOUT,
+            )
+
+    async def _serve(self, kind: str) -> None:
         self._writer = writer = asyncio.create_task(self._write())
         try:
             self._open(kind)
