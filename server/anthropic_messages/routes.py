@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from ..common import check_model, ping_interval, server_state, start_chat
+from ..common import check_model, ping_interval, render_chat, server_state, start_chat
 from ..prepare import PreparedBodyRoute, off_loop
 from ..sse import sse_response
 from .protocol import CountTokensRequest, CountTokensResponse, Message, MessagesRequest
@@ -61,5 +61,5 @@ async def count_tokens(body: CountTokensRequest, request: Request) -> CountToken
     """Tokens of the prompt the model would see: template, system, tools and history."""
     state = server_state(request)
     check_model(state, body.model)
-    rendered = await off_loop(lambda: state.chat.render(prompt_request(body)))
+    rendered = await off_loop(lambda: render_chat(state, prompt_request(body)))
     return CountTokensResponse(input_tokens=len(rendered.tokens))

@@ -22,11 +22,13 @@ from ..common import (
     check_model,
     now,
     ping_interval,
+    render_chat,
     sampling_params,
     server_state,
     start_chat,
 )
 from ..errors import APIError, bad_request
+from ..limits import limits_of
 from ..prepare import off_loop
 from ..sse import event_frame, sse_response
 from ..state import ServerState
@@ -108,7 +110,7 @@ def sampling(state: ServerState, body: ResponsesRequest) -> SamplingParams:
         presence_penalty=body.presence_penalty,
         frequency_penalty=body.frequency_penalty,
         repeat_penalty=body.repeat_penalty,
-        grammar=text_grammar(body.text),
+        grammar=text_grammar(body.text, limits_of(state.settings)),
     )
 
 
@@ -333,7 +335,7 @@ def _start(
     chat.max_tokens = (
         state.settings.max_tokens if body.max_output_tokens is None else body.max_output_tokens
     )
-    return start_chat(state, chat), conv, params
+    return start_chat(state, chat, messages_field="input"), conv, params
 
 
 def _sse(run: ResponseRun, interval: float | None) -> StreamingResponse:
@@ -344,7 +346,8 @@ def count_input_tokens(request: Request, body: InputTokensRequest) -> dict[str, 
     state = server_state(request)
     check_model(state, body.model)
     conv = conversation(body, response_store(request.app))
-    rendered = state.chat.render(prompt_request(conv, body.parallel_tool_calls))
+    chat = prompt_request(conv, body.parallel_tool_calls)
+    rendered = render_chat(state, chat, messages_field="input")
     return {"object": "response.input_tokens", "input_tokens": len(rendered.tokens)}
 
 
