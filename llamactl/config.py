@@ -130,6 +130,7 @@ class Settings:
     max_tools: int = 128  # OpenAI's limit
     max_schema_bytes: int = 262144  # a JSON schema (tools, response formats) or GBNF grammar
     max_schema_depth: int = 64  # nesting of objects and arrays in such a schema
+    max_json_values: int = 262144  # values in a body over 1 MiB (checked before it is parsed)
     # Bookkeeping, not settings: the file that was read (None if there was none) and where
     # each setting's value came from.
     config_file: Path | None = field(default=None, compare=False, metadata=_INTERNAL)
@@ -197,6 +198,7 @@ _LIMITS: dict[str, tuple[float | None, float | None]] = {
     "max_tools": (0, None),
     "max_schema_bytes": (1, None),
     "max_schema_depth": (1, None),
+    "max_json_values": (1, None),
 }
 
 

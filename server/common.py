@@ -18,7 +18,8 @@ from .limits import limits_of
 from .state import ServerState
 
 INT32_MAX = 2**31 - 1
-SEED_SPACE = 2**32  # llama.cpp samplers take a uint32 seed
+# llama.cpp samplers take a uint32 seed, and read 0xFFFFFFFF (LLAMA_DEFAULT_SEED) as "random"
+SEED_SPACE = 2**32 - 1
 SEED_RANGE = (-(2**63), 2**64 - 1)  # OpenAI's seed is an int64; unsigned 64-bit accepted too
 
 
@@ -103,12 +104,9 @@ def sampling_params(
     check_int_range("top_k", top_k, 0, INT32_MAX)
     check_int_range("seed", seed, *SEED_RANGE)
     n_vocab = state.engine.model.n_vocab
-    if logit_bias and len(logit_bias) > n_vocab:
-        raise bad_request(
-            f"Field 'logit_bias': {len(logit_bias)} entries, but the vocabulary has {n_vocab} "
-            "tokens"
-        )
-    limits_of(s).check_grammar(grammar)
+    limits = limits_of(s)
+    limits.check_logit_bias(len(logit_bias or ()), n_vocab)
+    limits.check_grammar(grammar)
     bias: dict[int, float] = {}
     for key, value in (logit_bias or {}).items():
         try:

@@ -29,6 +29,7 @@ class RequestLimits:
     schema_bytes: int
     schema_depth: int
     grammar_bytes: int
+    json_values: int
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RequestLimits:
@@ -40,6 +41,7 @@ class RequestLimits:
             schema_bytes=settings.max_schema_bytes,
             schema_depth=settings.max_schema_depth,
             grammar_bytes=settings.max_schema_bytes,
+            json_values=settings.max_json_values,
         )
 
     def check_messages(self, count: int, field: str = "messages") -> None:
@@ -69,6 +71,32 @@ class RequestLimits:
         depth = nesting_depth(schema)
         if depth > self.schema_depth:
             raise _over(field, f"nested {depth} deep", self.schema_depth, "max_schema_depth")
+
+    def check_logit_bias(self, entries: int, n_vocab: int) -> None:
+        """One bias per token at most: more entries than the vocabulary cannot be right."""
+        if entries > n_vocab:
+            raise APIError(
+                400,
+                f"Field 'logit_bias': {entries} entries, but the vocabulary has {n_vocab} tokens",
+            )
+
+    def check_json_values(self, body: Any) -> None:
+        """The number of JSON values in a body: what parsing it costs."""
+        count = 0
+        stack = [body]
+        while stack:
+            item = stack.pop()
+            count += 1
+            if count > self.json_values:
+                raise APIError(
+                    413,
+                    f"the request body holds more than {self.json_values} JSON values "
+                    "(the max_json_values setting, LLAMACTL_MAX_JSON_VALUES, raises it)",
+                )
+            if isinstance(item, dict):
+                stack.extend(item.values())
+            elif isinstance(item, list):
+                stack.extend(item)
 
     def check_grammar(self, grammar: str | None, field: str = "grammar") -> None:
         if grammar is not None and len(grammar.encode()) > self.grammar_bytes:

@@ -33,6 +33,9 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from .limits import limits_of
+from .precheck import PRECHECK_BYTES, precheck
+
 __all__ = ["PREPARE_WORKERS", "PreparedBodyRoute", "off_loop", "parse_json_body"]
 
 T = TypeVar("T")
@@ -116,6 +119,11 @@ class PreparedBodyRoute(APIRoute):
 
         async def handler(request: Request) -> Response:
             raw = await request.body()
+            if len(raw) > PRECHECK_BYTES:
+                state = request.app.state.llamactl
+                if state.ready:
+                    n_vocab = state.engine.model.n_vocab
+                    await precheck(raw, limits_of(state.settings), n_vocab)
             if not raw.strip() and not required:
                 value = default
             else:
