@@ -90,7 +90,7 @@ class Settings:
     system: str | None = None
     host: str = "127.0.0.1"
     port: int = 8080
-    api_key: list[str] = field(default_factory=list)
+    api_key: list[str] = field(default_factory=list, repr=False)  # never printed
     api_key_file: Path | None = None
     sse_ping_interval: float = 30.0
     metrics: bool = False
@@ -123,6 +123,11 @@ class Settings:
     # Speech out (`tts`, /tts, /v1/audio/speech, realtime answers); None: eSpeak NG
     tts_model: Path | None = None  # a llama.cpp TTS backbone .gguf (with tts_mmproj)
     tts_mmproj: Path | None = None  # its mmproj holding the audio generator
+    # HTTP edge (serve): who may call, how much a request may send (docs/serve.md, Security)
+    cors_origins: list[str] = field(default_factory=lambda: ["localhost"])  # or "*", origins
+    allowed_hosts: list[str] = field(default_factory=list)  # Host names besides loopback; "*"
+    max_body_size: int = 32  # MiB per request body (uploads: up to the audio file limit)
+    body_timeout: float = 60.0  # seconds to receive a whole request body, else 408
     # Bookkeeping, not settings: the file that was read (None if there was none) and where
     # each setting's value came from.
     config_file: Path | None = field(default=None, compare=False, metadata=_INTERNAL)
@@ -184,6 +189,9 @@ _LIMITS: dict[str, tuple[float | None, float | None]] = {
     "spec_draft_n_max": (1, 48),
     "spec_draft_n_min": (0, 48),
     "spec_draft_p_min": (0.0, 1.0),
+    # HTTP edge
+    "max_body_size": (1, None),
+    "body_timeout": (0.1, None),
 }
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import uvicorn
 from llamactl.server.app import create_app
+from llamactl.server.edge.uvicorn_options import uvicorn_options
 
 from llamactl.config import load_settings
 
@@ -67,7 +68,8 @@ def run_server(**overrides: Any) -> Iterator[LiveServer]:
     settings = hermetic_settings(overrides)
     app = create_app(settings)
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    options = uvicorn_options(settings, host="127.0.0.1", port=port, log_level="warning")
+    config = uvicorn.Config(app, **options)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
