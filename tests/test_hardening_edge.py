@@ -16,7 +16,8 @@ import websockets
 from llamactl.server.edge.hosts import HostPolicy, is_loopback_bind
 from llamactl.server.edge.loopback import split_authority
 from llamactl.server.edge.origins import OriginPolicy, normalize_origin
-from serverkit import LiveServer, run_server
+from llamactl.server.router import create_router_app
+from serverkit import LiveServer, hermetic_settings, run_server, serve_app
 
 from llamactl.engine.errors import ConfigError
 
@@ -303,6 +304,17 @@ def test_a_slow_body_gets_408(edge: LiveServer) -> None:
     assert headers.get("connection") == "close"
 
 
+def test_oversized_headers_are_refused(edge: LiveServer) -> None:
+    """The request line and headers are bounded (64 KiB): 1 MiB of them is not buffered."""
+    pad = "".join(f"X-Pad-{i}: {'a' * 1000}\r\n" for i in range(1024))
+    head = f"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n{pad}\r\n"
+    try:
+        data = raw_exchange(edge, head, wait=30)
+    except (ConnectionResetError, BrokenPipeError):
+        return  # closed while we were still sending
+    assert not data or parse(data)[0] in (400, 431)
+
+
 # ------------------------------------------------------------------------ small things
 @pytest.mark.parametrize(
     "given",
@@ -362,6 +374,24 @@ def test_a_20_mib_realtime_frame_is_not_refused_for_size(edge: LiveServer) -> No
 
     errors = [e for e in asyncio.run(exchange()) if e["type"] == "error"]
     assert all(e["error"].get("code") != "event_too_big" for e in errors), errors
+
+
+# ---------------------------------------------------------------------------------- router
+def test_the_router_has_the_same_edge(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The router installs the same layers: its own routes are guarded before any child."""
+    settings = hermetic_settings({"max_body_size": 1})
+    app = create_router_app(settings, models_dir=tmp_path_factory.mktemp("no_models"))
+    with serve_app(app, settings) as router:
+        port = port_of(router)
+        r = httpx.get(router.v1 + "/models", headers={"Origin": EVIL}, timeout=10)
+        assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error"
+        ok = httpx.get(router.v1 + "/models", headers={"Origin": "http://localhost:3000"})
+        assert ok.status_code == 200
+        assert ok.headers["access-control-allow-origin"] == "http://localhost:3000"
+        assert host_request(router, f"rebound.example:{port}") == 403
+        big = httpx.post(router.v1 + "/chat/completions", content=b"x" * (2 * 1024 * 1024))
+        assert big.status_code == 413
+        assert re.fullmatch(r"[0-9a-f]{32}", big.headers["x-request-id"])
 
 
 # ------------------------------------------------------------------------------ policies
