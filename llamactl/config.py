@@ -164,6 +164,8 @@ SETTING_NAMES: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(Settings) if not f.metadata.get("internal")
 )
 _HINTS: dict[str, Any] = typing.get_type_hints(Settings)
+# Settings whose values error messages never quote (they are secrets).
+SECRET_SETTINGS = frozenset({"api_key"})
 # Other spellings accepted for a setting, in the file and as env var names.
 KEY_ALIASES = {"ctx_size": "n_ctx"}
 # Inclusive (min, max) bounds checked after merging; None means unbounded.
@@ -197,6 +199,11 @@ _LIMITS: dict[str, tuple[float | None, float | None]] = {
 
 class _BadValue(Exception):
     """A value that does not fit its setting's type; the caller adds where it came from."""
+
+
+def _shown(name: str, error: _BadValue) -> str:
+    """The error as the user may see it: for a secret, what was expected but not the value."""
+    return str(error).split(", got ")[0] if name in SECRET_SETTINGS else str(error)
 
 
 def _describe(value: Any) -> str:
@@ -355,7 +362,7 @@ def _read_config_file(path: Path, *, explicit: bool) -> dict[str, tuple[Any, Sou
         try:
             value = _coerce(value, _HINTS[name], from_text=False)
         except _BadValue as e:
-            raise _file_error(path, line, f"invalid value for {key!r}: {e}") from None
+            raise _file_error(path, line, f"invalid value for {key!r}: {_shown(name, e)}") from None
         if isinstance(value, Path) and not value.is_absolute():
             value = path.parent / value  # relative paths are relative to the file
         values[name] = (value, Source("file", f"{path}:{line}" if line else str(path)))
@@ -417,7 +424,7 @@ def _read_cli(overrides: Mapping[str, Any]) -> dict[str, tuple[Any, Source]]:
         try:
             value = _coerce(raw, _HINTS[name], from_text=isinstance(raw, str))
         except _BadValue as e:
-            raise ConfigError(f"invalid value for {flag}: {e}") from None
+            raise ConfigError(f"invalid value for {flag}: {_shown(name, e)}") from None
         values[name] = (value, Source("cli", flag))
     return values
 

@@ -18,6 +18,9 @@ from serverkit import LiveServer, hermetic_settings, run_server
 from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
+from llamactl.config import load_settings
+from llamactl.engine.errors import ConfigError
+
 HI = [{"role": "user", "content": "Hi"}]
 INVALID = "Invalid API Key"
 KEY_FILE = "# keys for the team\n\n  # an indented comment\nk3\n"
@@ -243,7 +246,7 @@ def test_websocket_handshake_without_key_is_refused(keyed: LiveServer, path: str
 def keyed_app(tmp_path_factory: pytest.TempPathFactory):
     """The app with keys but no model: the gate runs before any route, so no model is needed
     to see how it treats a websocket handshake (TestClient speaks the ASGI websocket denial
-    extension, which the live server's h11 stack does not)."""
+    extension, and reports the denial's status and body)."""
     settings = hermetic_settings({"api_key": ["k1"]})
     return create_app(settings, model_path=Path(tmp_path_factory.mktemp("m")) / "none.gguf")
 
@@ -267,6 +270,14 @@ def test_websocket_with_a_key_passes_the_gate(keyed_app) -> None:
     connect = client.websocket_connect("ws://localhost/no-such-socket", headers={"X-Api-Key": "k1"})
     with pytest.raises(WebSocketDisconnect), connect as ws:
         ws.receive_text()
+
+
+def test_a_bad_key_setting_is_reported_without_its_value(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("api_key = 98765\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings({}, config_path=config)
+    assert "api_key" in str(err.value) and "98765" not in str(err.value)
 
 
 # ------------------------------------------------------------------------------ unit level
