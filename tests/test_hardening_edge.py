@@ -182,6 +182,24 @@ def test_curl_without_a_content_type_still_works(edge: LiveServer) -> None:
     assert "access-control-allow-origin" not in r.headers
 
 
+def test_a_listed_public_origin_may_reach_the_local_server() -> None:
+    """An exact --cors-origins entry, with Chrome's Private Network Access preflight."""
+    with run_server(parallel=1, cors_origins=["https://app.example.com"]) as live:
+        pre = httpx.options(
+            live.v1 + "/chat/completions",
+            headers={
+                "Origin": "https://app.example.com",
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Private-Network": "true",
+            },
+            timeout=10,
+        )
+        assert pre.status_code == 200
+        assert pre.headers["access-control-allow-private-network"] == "true"
+        local = httpx.get(live.v1 + "/models", headers={"Origin": "http://localhost:3000"})
+        assert local.status_code == 403  # localhost was not listed this time
+
+
 def test_star_allows_every_origin(open_server: LiveServer) -> None:
     for origin in (EVIL, "null"):
         r = httpx.post(

@@ -54,6 +54,10 @@ class CorsMiddleware:
             ]
             if requested:
                 headers.append((b"access-control-allow-headers", requested))
+            if header(scope, b"access-control-request-private-network").lower() == "true":
+                # Chrome's Private Network Access: a public page the user allowed may reach
+                # this local server only if the preflight says so.
+                headers.append((b"access-control-allow-private-network", b"true"))
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             await send({"type": "http.response.body", "body": b""})
             return
