@@ -123,6 +123,14 @@ class Settings:
     # Speech out (`tts`, /tts, /v1/audio/speech, realtime answers); None: eSpeak NG
     tts_model: Path | None = None  # a llama.cpp TTS backbone .gguf (with tts_mmproj)
     tts_mmproj: Path | None = None  # its mmproj holding the audio generator
+    # Request limits (serve): work that grows with a request is bounded; over a limit is a 400
+    max_messages: int = 4096  # chat messages / Responses input items per request
+    max_stop_strings: int = 32  # OpenAI allows 4, llama-server any number
+    max_stop_length: int = 512  # characters in one stop string
+    max_tools: int = 128  # OpenAI's limit
+    max_schema_bytes: int = 262144  # a JSON schema (tools, response formats) or GBNF grammar
+    max_schema_depth: int = 64  # nesting of objects and arrays in such a schema
+    max_json_values: int = 262144  # values in a body over 1 MiB (checked before it is parsed)
     # HTTP edge (serve): who may call, how much a request may send (docs/serve.md, Security)
     cors_origins: list[str] = field(default_factory=lambda: ["localhost"])  # or "*", origins
     allowed_hosts: list[str] = field(default_factory=list)  # Host names besides loopback; "*"
@@ -191,6 +199,13 @@ _LIMITS: dict[str, tuple[float | None, float | None]] = {
     "spec_draft_n_max": (1, 48),
     "spec_draft_n_min": (0, 48),
     "spec_draft_p_min": (0.0, 1.0),
+    "max_messages": (1, None),
+    "max_stop_strings": (0, None),
+    "max_stop_length": (1, None),
+    "max_tools": (0, None),
+    "max_schema_bytes": (1, None),
+    "max_schema_depth": (1, None),
+    "max_json_values": (1, None),
     # HTTP edge
     "max_body_size": (1, None),
     "body_timeout": (0.1, None),

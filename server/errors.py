@@ -108,9 +108,10 @@ def _validation_message(exc: RequestValidationError) -> str:
         loc = [str(x) for x in err.get("loc", ()) if x != "body"]
         msg = err.get("msg", "invalid value")
         if err.get("type") == "json_invalid":
-            parts.append(
-                f"Invalid JSON in the request body: {err.get('ctx', {}).get('error', msg)}"
-            )
+            detail = str(err.get("ctx", {}).get("error", msg))
+            if "surrogate" in detail or "hex escape" in detail:
+                detail += " (a \\u escape names half of a UTF-16 surrogate pair: not Unicode text)"
+            parts.append(f"Invalid JSON in the request body: {detail}")
         elif loc:
             parts.append(f"Field '{'.'.join(loc)}': {msg}")
         else:
