@@ -306,6 +306,10 @@ def test_uploads_may_reach_the_audio_limit(edge: LiveServer) -> None:
     files = {"file": ("a.wav", b"\0" * (3 * 1024 * 1024), "audio/wav")}
     r = httpx.post(edge.v1 + "/audio/transcriptions", files=files, timeout=120)
     assert r.status_code != 413, r.text
+    files = {"file": ("a.wav", b"\0" * (66 * 1024 * 1024), "audio/wav")}
+    r = httpx.post(edge.v1 + "/audio/transcriptions", files=files, timeout=120)
+    assert r.status_code == 413
+    assert "65 MiB" in r.json()["error"]["message"]
 
 
 def test_a_slow_body_gets_408(edge: LiveServer) -> None:

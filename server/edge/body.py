@@ -38,16 +38,22 @@ class BodyLimitMiddleware:
         self.timeout = timeout
 
     def limit_for(self, scope: Scope) -> tuple[int, str]:
+        """The limit for this request and the refusal naming it."""
         if header(scope, b"content-type").lower().startswith("multipart/form-data"):
-            return self.upload_max_bytes, "an upload"
-        return self.max_bytes, "a request body"
+            limit = self.upload_max_bytes
+            message = (
+                f"an upload may be at most {_size(limit)} "
+                "(--max-body-size or the audio file limit, whichever is larger)"
+            )
+            return limit, message
+        limit = self.max_bytes
+        return limit, f"a request body may be at most {_size(limit)} (--max-body-size)"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit, what = self.limit_for(scope)
-        too_large = f"{what} may be at most {_size(limit)} (--max-body-size)"
+        limit, too_large = self.limit_for(scope)
         declared = header(scope, b"content-length").strip()
         if declared.isdigit() and int(declared) > limit:
             await refuse(scope, send, 413, too_large, "request_too_large_error", _CLOSE)
@@ -75,7 +81,8 @@ class BodyLimitMiddleware:
                 chunks.append(body)
             if not message.get("more_body", False):
                 break
-        await self.app(scope, _replay(b"".join(chunks), receive), send)
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)  # no copy for one chunk
+        await self.app(scope, _replay(body, receive), send)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
