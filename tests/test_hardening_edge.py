@@ -254,6 +254,13 @@ def test_allowed_hosts_admits_a_name(open_server: LiveServer) -> None:
     assert host_request(open_server, f"other.example:{port}") == 403
 
 
+def test_loopback_arrivals_are_checked_on_a_wildcard_bind() -> None:
+    """--host 0.0.0.0: a rebinding page's connection still arrives on 127.0.0.1."""
+    with run_server(parallel=1, host="0.0.0.0") as live:
+        assert host_request(live, f"rebound.example:{port_of(live)}") == 403
+        assert host_request(live, f"localhost:{port_of(live)}") == 200
+
+
 def test_a_websocket_with_a_rebinding_host_is_refused(edge: LiveServer) -> None:
     head = (
         f"GET /v1/realtime HTTP/1.1\r\nHost: rebound.example:{port_of(edge)}\r\n"
@@ -430,10 +437,14 @@ def test_origin_policy_entries_are_checked() -> None:
 def test_host_policy() -> None:
     assert is_loopback_bind("127.0.0.1") and is_loopback_bind("::1")
     assert is_loopback_bind("localhost") and not is_loopback_bind("0.0.0.0")
-    assert not HostPolicy("0.0.0.0", []).enforced  # documented: no list, no check
+    open_bind = HostPolicy("0.0.0.0", [])
+    assert open_bind.allows("box.lan:8080", "192.168.1.5")  # documented: no list, no check
+    assert not open_bind.allows("evil.example", "127.0.0.1")  # ...but loopback arrivals are
+    assert open_bind.allows("localhost:8080", "127.0.0.1")
     lan = HostPolicy("0.0.0.0", ["box.lan"])
-    assert lan.allows("box.lan:8080") and lan.allows("localhost") and not lan.allows("evil")
-    assert not HostPolicy("127.0.0.1", ["*"]).enforced
+    assert lan.allows("box.lan:8080", "192.168.1.5") and lan.allows("localhost", "10.0.0.2")
+    assert not lan.allows("evil", "192.168.1.5")
+    assert HostPolicy("127.0.0.1", ["*"]).allows("evil", "127.0.0.1")
     with pytest.raises(ConfigError, match="allowed_hosts"):
         HostPolicy("127.0.0.1", ["bad host:x"])
     assert split_authority("[::1]:8080") == ("::1", 8080)
