@@ -277,10 +277,8 @@ def test_a_huge_content_length_is_refused_without_reading_the_body(edge: LiveSer
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port_of(edge)}\r\n"
         "Content-Type: application/json\r\nContent-Length: 10000000000\r\n\r\n"
     )
-    start = time.monotonic()
     status, headers, body = parse(raw_exchange(edge, head, b'{"messages"', wait=30))
-    assert status == 413
-    assert time.monotonic() - start < BODY_TIMEOUT * 10  # not after a body timeout either
+    assert status == 413  # had the server waited for the body, this would be the 408
     error = json.loads(body)["error"]
     assert error["type"] == "request_too_large_error"
     assert "1 MiB" in error["message"] and "--max-body-size" in error["message"]
@@ -324,10 +322,8 @@ def test_a_slow_body_gets_408(edge: LiveServer) -> None:
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port_of(edge)}\r\n"
         "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
     )
-    start = time.monotonic()
     status, headers, body = parse(raw_exchange(edge, head, b'{"messages": [', wait=60))
     assert status == 408
-    assert time.monotonic() - start < 50
     error = json.loads(body)["error"]
     assert error["type"] == "timeout_error" and "--body-timeout" in error["message"]
     assert headers.get("connection") == "close"
