@@ -91,7 +91,7 @@ class RequestLimits:
                 raise APIError(
                     413,
                     f"the request body holds more than {self.json_values} JSON values "
-                    "(the max_json_values setting, LLAMACTL_MAX_JSON_VALUES, raises it)",
+                    "(--max-json-values or LLAMACTL_MAX_JSON_VALUES raises it)",
                 )
             if isinstance(item, dict):
                 stack.extend(item.values())
@@ -125,7 +125,7 @@ def _over(field: str, got: str, limit: int, setting: str) -> APIError:
     return APIError(
         400,
         f"Field '{field}': {got} is over this server's limit of {limit} "
-        f"(the {setting} setting, LLAMACTL_{setting.upper()}, raises it)",
+        f"(--{setting.replace('_', '-')} or LLAMACTL_{setting.upper()} raises it)",
     )
 
 

@@ -17,6 +17,7 @@ _ROUTER = "Router: many models, one child process each"
 _CACHE = "Prompt cache and checkpoints"
 _SPEC = "Speculative decoding"
 _EDGE = "HTTP edge: origins, hosts, body limits"
+_LIMITS = "Request limits (docs/serve.md, Request limits)"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 EPILOG = """
@@ -261,6 +262,58 @@ def serve_command(
             rich_help_panel=_EDGE,
         ),
     ] = None,
+    max_messages: Annotated[
+        int | None,
+        typer.Option(
+            "--max-messages",
+            help="Most chat messages / Responses input items per request [4096].",
+            rich_help_panel=_LIMITS,
+        ),
+    ] = None,
+    max_stop_strings: Annotated[
+        int | None,
+        typer.Option(
+            "--max-stop-strings",
+            help="Most stop strings per request [32].",
+            rich_help_panel=_LIMITS,
+        ),
+    ] = None,
+    max_stop_length: Annotated[
+        int | None,
+        typer.Option(
+            "--max-stop-length",
+            help="Longest stop string, in characters [512].",
+            rich_help_panel=_LIMITS,
+        ),
+    ] = None,
+    max_tools: Annotated[
+        int | None,
+        typer.Option("--max-tools", help="Most tools per request [128].", rich_help_panel=_LIMITS),
+    ] = None,
+    max_schema_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-schema-bytes",
+            help="Largest JSON schema or GBNF grammar, in bytes [262144].",
+            rich_help_panel=_LIMITS,
+        ),
+    ] = None,
+    max_schema_depth: Annotated[
+        int | None,
+        typer.Option(
+            "--max-schema-depth",
+            help="Deepest nesting in a JSON schema [64].",
+            rich_help_panel=_LIMITS,
+        ),
+    ] = None,
+    max_json_values: Annotated[
+        int | None,
+        typer.Option(
+            "--max-json-values",
+            help="Most JSON values in a body over 1 MiB; 413 past it [262144].",
+            rich_help_panel=_LIMITS,
+        ),
+    ] = None,
     models_dir: Annotated[
         Path | None,
         typer.Option(
@@ -357,6 +410,13 @@ def serve_command(
             "allowed_hosts": _split_list(allowed_hosts),
             "max_body_size": max_body_size,
             "body_timeout": body_timeout,
+            "max_messages": max_messages,
+            "max_stop_strings": max_stop_strings,
+            "max_stop_length": max_stop_length,
+            "max_tools": max_tools,
+            "max_schema_bytes": max_schema_bytes,
+            "max_schema_depth": max_schema_depth,
+            "max_json_values": max_json_values,
         }
     )
     if models_dir is not None or settings.models_preset is not None:
