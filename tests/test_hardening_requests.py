@@ -125,21 +125,21 @@ def test_responses_apply_the_server_default_max_tokens():
 def test_too_many_messages_names_the_limit(server):
     messages = [{"role": "user", "content": "hi"}] * 5000
     message = openai_error(post(server, CHAT, {"messages": messages}))
-    assert "'messages'" in message and "4096" in message and "max_messages" in message
+    assert "'messages'" in message and "4096" in message and "--max-messages" in message
     body = {"model": server.state.model_id, "max_tokens": 2, "messages": messages}
     r = post(server, "/v1/messages", body)
-    assert "max_messages" in anthropic_error(r)
+    assert "--max-messages" in anthropic_error(r)
     r = post(server, "/v1/responses", {"input": messages})
     assert "'input'" in openai_error(r)
 
 
 def test_stop_string_limits(server):
     many = openai_error(post(server, CHAT, {"messages": USER, "stop": ["x"] * 33}))
-    assert "max_stop_strings" in many
+    assert "--max-stop-strings" in many
     long = openai_error(post(server, CHAT, {"messages": USER, "stop": ["y" * 513]}))
-    assert "'stop.0'" in long and "max_stop_length" in long
+    assert "'stop.0'" in long and "--max-stop-length" in long
     r = post(server, "/v1/completions", {"prompt": "a", "stop": ["x"] * 33})
-    assert "max_stop_strings" in openai_error(r)
+    assert "--max-stop-strings" in openai_error(r)
     body = {"model": server.state.model_id, "max_tokens": 2, "messages": USER}
     r = post(server, "/v1/messages", {**body, "stop_sequences": ["s"] * 40})
     assert "stop_sequences" in anthropic_error(r)
@@ -161,16 +161,16 @@ def deep_schema(depth: int) -> dict[str, Any]:
 
 def test_tool_and_schema_limits(server):
     tools = [tool(i) for i in range(129)]
-    assert "max_tools" in openai_error(post(server, CHAT, {"messages": USER, "tools": tools}))
+    assert "--max-tools" in openai_error(post(server, CHAT, {"messages": USER, "tools": tools}))
     deep = [tool(0, deep_schema(40))]
     message = openai_error(post(server, CHAT, {"messages": USER, "tools": deep}))
-    assert "tools.0.parameters" in message and "max_schema_depth" in message
+    assert "tools.0.parameters" in message and "--max-schema-depth" in message
     fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": deep_schema(40)}}
     r = post(server, CHAT, {"messages": USER, "response_format": fmt})
     assert "response_format.json_schema.schema" in openai_error(r)
     big = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(12000)}}
     r = post(server, CHAT, {"messages": USER, "tools": [tool(0, big)]})
-    assert "max_schema_bytes" in openai_error(r)
+    assert "--max-schema-bytes" in openai_error(r)
     r = post(server, CHAT, {"messages": USER, "grammar": "root ::= " + '"a" ' * 70000})
     assert "'grammar'" in openai_error(r)
 
