@@ -16,7 +16,7 @@ from ..middleware import install_middleware
 from . import routes
 from .catalog import ModelSpec, build_catalog
 from .child import ChildProcess, free_port
-from .command import DEFAULT_LAUNCHER, child_argv, child_env
+from .command import DEFAULT_LAUNCHER, child_argv, child_env, new_secret
 from .manager import ModelManager
 from .proxy import HttpProxy
 from .state import RouterState
@@ -40,7 +40,8 @@ def create_router_app(
     def make_child(spec: ModelSpec) -> ChildProcess:
         port = free_port()
         argv = child_argv(spec, port, tuple(launcher))
-        return ChildProcess(spec.name, argv, child_env(settings, spec), port)
+        secret = new_secret()  # a new one for every process, restarts included
+        return ChildProcess(spec.name, argv, child_env(settings, spec, secret), port, secret)
 
     manager = ModelManager(
         catalog,

@@ -20,7 +20,7 @@ from websockets.typing import Subprotocol
 from ..errors import APIError, error_body
 from ..middleware import Receive, Scope, Send
 from .manager import ModelManager
-from .proxy import MISSING_MODEL, upstream_headers
+from .proxy import MISSING_MODEL, has_control_bytes, unsafe_header, upstream_headers
 from .selection import autoload_for, query_params, with_query_model
 
 log = logging.getLogger("llamactl.router")
@@ -61,6 +61,10 @@ class WebSocketProxy:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (await receive())["type"] != "websocket.connect":
             return
+        raw_path = scope.get("raw_path") or scope["path"].encode("utf-8")
+        if unsafe_header(scope.get("headers", ())) or has_control_bytes(raw_path):
+            await deny_error(scope, send, APIError(400, "the handshake has a control character"))
+            return
         query = query_params(scope.get("query_string", b""))
         name = query.get("model")
         if not name:
@@ -74,13 +78,13 @@ class WebSocketProxy:
         try:
             child = state.child
             assert child is not None
-            url = f"ws://127.0.0.1:{child.port}{scope['path']}"
+            url = f"ws://127.0.0.1:{child.port}{raw_path.decode('latin-1')}"
             query_string = with_query_model(scope.get("query_string", b""), state.spec.name)
             if query_string:
                 url += "?" + query_string.decode("latin-1")
             headers = [
                 (k.decode("latin-1"), v.decode("latin-1"))
-                for k, v in upstream_headers(scope)
+                for k, v in upstream_headers(scope, child.secret)
                 if not k.lower().startswith(_OWN_HANDSHAKE) and k.lower() != b"user-agent"
             ]
             protocols = [Subprotocol(p) for p in scope.get("subprotocols", ())] or None
