@@ -420,11 +420,12 @@ def test_stream_is_relayed_as_generated(router: Router) -> None:
     assert last - first > 0.05, f"first event only {last - first:.3f} s before the end"
 
 
-def child_metrics(router: Router, name: str) -> dict[str, float]:
-    """The model's child's own /metrics, read on its port with its secret."""
-    port = router.models()[name]["runtime"]["port"]
+def child_metrics(router: Router, model: str) -> dict[str, float]:
+    """The model's child's own /metrics (the router needs `metrics=True`), read on its port
+    with its secret."""
+    port = router.models()[model]["runtime"]["port"]
     text = httpx.get(
-        f"http://127.0.0.1:{port}/metrics", headers=child_auth(router, name), timeout=10
+        f"http://127.0.0.1:{port}/metrics", headers=child_auth(router, model), timeout=10
     ).text
     rows = (line.rsplit(" ", 1) for line in text.splitlines() if line and line[0] != "#")
     return {name: float(value) for name, value in rows}

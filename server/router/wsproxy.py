@@ -24,6 +24,10 @@ from .proxy import MISSING_MODEL, has_control_bytes, unsafe_header, upstream_hea
 from .selection import autoload_for, query_params, with_query_model
 
 log = logging.getLogger("llamactl.router")
+# The websockets library logs handshake headers at DEBUG: the child's secret among them. Its
+# client connections to children log here, never below INFO.
+_client_log = logging.getLogger("llamactl.router.websocket")
+_client_log.setLevel(logging.INFO)
 
 # Handshake headers the client library sets itself for the upstream connection
 _OWN_HANDSHAKE = (b"sec-websocket-", b"origin")
@@ -99,6 +103,7 @@ class WebSocketProxy:
                     ping_interval=None,
                     open_timeout=30,
                     user_agent_header=None,
+                    logger=_client_log,
                 )
             except InvalidStatus as e:
                 resp = e.response
