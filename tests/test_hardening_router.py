@@ -265,3 +265,26 @@ def test_a_keyless_routers_children_still_need_their_secret(router: Router) -> N
     resp = httpx.get(f"http://127.0.0.1:{port}/v1/models")
     assert resp.status_code == 401
     assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200  # public, as ever
+
+
+# ----------------------------------------------------------------------------- large bodies
+def test_a_large_body_is_scanned_off_the_loop_and_renamed_in_place(router: Router) -> None:
+    assert router.chat("small").status_code == 200
+    padding = [{"role": "user", "content": f"filler {i}"} for i in range(300_000)]
+    body = json.dumps({"padding": padding, "model": "tiny"}).encode()  # about 12 MB
+    url = router.url + "/v1/headers"
+    thread, out = in_thread(
+        lambda: httpx.post(url, content=body, headers={"content-type": "application/json"})
+    )
+    slowest = 0.0
+    while thread.is_alive():  # the router's loop keeps answering meanwhile
+        t0 = time.monotonic()
+        assert httpx.get(router.url + "/health", timeout=10).status_code == 200
+        slowest = max(slowest, time.monotonic() - t0)
+        time.sleep(0.01)
+    thread.join()
+    resp = out["result"]
+    assert resp.status_code == 200, resp.text
+    # the alias became the model's name, and nothing else in the body changed
+    assert int(resp.json()["content-length"]) == len(body) + len("small") - len("tiny")
+    assert slowest < 1.0, f"/health took {slowest:.2f} s while the body was handled"

@@ -4,12 +4,14 @@ environment and how a request names its model."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from pathlib import Path
 
 import pytest
 from llamactl.server.router import upstream
+from llamactl.server.router.bodyscan import model_member
 from llamactl.server.router.catalog import build_catalog
 from llamactl.server.router.command import child_argv, child_env, new_secret
 from llamactl.server.router.preset import read_preset
@@ -20,8 +22,12 @@ from llamactl.server.router.proxy import (
     upstream_headers,
 )
 from llamactl.server.router.selection import (
+    SCAN_IN_PROCESS_UP_TO,
+    BodyModel,
     autoload_for,
+    body_model,
     form_model_span,
+    locate_model,
     query_params,
     rename_model,
     requested_model,
@@ -251,14 +257,77 @@ def test_the_model_is_read_from_json_form_or_query() -> None:
 
 
 def test_aliases_are_renamed_for_the_child() -> None:
-    renamed = rename_model("application/json", b'{"model": "tiny", "n": 1}', "small")
-    assert renamed == b'{"model": "small", "n": 1}'
-    form = rename_model("multipart/form-data; boundary=XyZ", FORM, "small")
+    def renamed(ctype: str, body: bytes) -> bytes:
+        found = body_model(ctype, body)
+        assert found is not None
+        return rename_model(body, found, "small")
+
+    # only the value changes: the rest of the body stays as the client wrote it
+    assert renamed("application/json", b'{"n":1,\n "model" : "tiny" }') == (
+        b'{"n":1,\n "model" : "small" }'
+    )
+    assert renamed("application/json", '{"x": "é", "model": "tiny"}'.encode()) == (
+        '{"x": "é", "model": "small"}'.encode()
+    )
+    form = renamed("multipart/form-data; boundary=XyZ", FORM)
     assert b'name="model"\r\n\r\nsmall\r\n' in form and b"RIFF....\r\n" in form
     assert with_query_model(b"model=tiny&intent=transcription", "small") == (
         b"model=small&intent=transcription"
     )
     assert with_query_model(b"intent=x", "small") == b"intent=x"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b'{"model": "a"}', ("a", 10, 13)),
+        (b' { "x" : [1, {"model": "inner"}], "model":"b" } ', ("b", 42, 45)),
+        (b'{"model": "a", "model": "last"}', ("last", 24, 30)),  # as json.loads
+        ('{"é": 1, "model": "ü"}'.encode(), ("ü", 19, 23)),  # byte offsets
+        (b'{"model": "a\\u00e9"}', ("a\u00e9", 10, 19)),
+        (b'{"model": ""}', None),
+        (b'{"model": 5}', None),
+        (b'["model", "a"]', None),
+        (b'{"model": "a"} trailing', None),
+        (b'{"model": "a",}', None),
+        (b'{"model": "a"', None),
+        (b"\xff\xfe{}", None),
+        (b'{"a": ' + b"[" * 200_000 + b"]" * 200_000 + b', "model": "a"}', None),
+        (b"", None),
+    ],
+)
+def test_the_json_scan_finds_the_top_level_model(body: bytes, expected) -> None:
+    assert model_member(body) == expected
+    if expected:  # the span is the value's JSON literal
+        assert json.loads(body[expected[1] : expected[2]]) == expected[0]
+
+
+def test_large_json_bodies_are_scanned_off_the_event_loop() -> None:
+    messages = [{"role": "user", "content": f"message {i}"} for i in range(60_000)]
+    body = json.dumps({"messages": messages, "model": "tiny"}).encode()
+    assert len(body) > SCAN_IN_PROCESS_UP_TO
+
+    async def main() -> tuple[BodyModel | None, int, BodyModel | None]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.001)
+                ticks += 1
+
+        task = asyncio.create_task(ticker())
+        scans = asyncio.Semaphore(2)
+        found = await locate_model("application/json", body, scans)
+        task.cancel()
+        bad = await locate_model("application/json", b"[" * (SCAN_IN_PROCESS_UP_TO + 1), scans)
+        return found, ticks, bad
+
+    found, ticks, bad = asyncio.run(main())
+    assert found is not None and found.name == "tiny" and found.json
+    assert body[found.start : found.end] == b'"tiny"'
+    assert ticks > 1  # the loop kept turning while the body was scanned
+    assert bad is None
 
 
 def test_autoload_query_overrides_the_default() -> None:

@@ -23,9 +23,9 @@ from .child import ChildProcess
 from .manager import ModelManager, ModelState
 from .selection import (
     autoload_for,
+    locate_model,
     query_params,
     rename_model,
-    requested_model,
     with_query_model,
 )
 from .upstream import ConnectFailed, Response, UpstreamError, Upstreams
@@ -180,6 +180,7 @@ class HttpProxy:
         self.manager = manager
         self.autoload = autoload
         self.upstreams = Upstreams()
+        self._scans = asyncio.Semaphore(2)  # large bodies scanned at once, off the loop
 
     async def aclose(self) -> None:
         self.upstreams.close()
@@ -197,7 +198,13 @@ class HttpProxy:
         if body is None:
             return
         query = query_params(scope.get("query_string", b""))
-        name = requested_model(query, header(scope, b"content-type"), body)
+        ctype = header(scope, b"content-type")
+        try:
+            found = await locate_model(ctype, body, self._scans)
+        except APIError as e:
+            await send_error(scope, send, e)
+            return
+        name = found.name if found else query.get("model") or None
         if name is None:
             await send_error(scope, send, APIError(400, MISSING_MODEL))
             return
@@ -209,7 +216,8 @@ class HttpProxy:
                 await send_error(scope, send, e)
                 return
             if name != state.spec.name:  # an alias: the child knows the canonical name only
-                body = rename_model(header(scope, b"content-type"), body, state.spec.name)
+                if found is not None:
+                    body = rename_model(body, found, state.spec.name)
                 qs = with_query_model(scope.get("query_string", b""), state.spec.name)
                 scope = {**scope, "query_string": qs}
                 name = state.spec.name

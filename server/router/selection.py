@@ -7,9 +7,16 @@ transcription) in its `model` form field; anything else (GET, websocket handshak
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import parse_qs, parse_qsl, urlencode
+
+from ..errors import APIError
+from .bodyscan import model_member
 
 _BOUNDARY = re.compile(r';\s*boundary="?([^";]{1,200})"?', re.IGNORECASE)
 _NAMED_MODEL = re.compile(rb';\s*name="?model"?\s*(?:;|$)', re.IGNORECASE)
@@ -18,6 +25,11 @@ _NAMED_MODEL = re.compile(rb';\s*name="?model"?\s*(?:;|$)', re.IGNORECASE)
 _MAX_PART_HEAD = 16 * 1024
 _MAX_NAME = 1024
 _MAX_PARTS = 100
+# JSON bodies up to this size are scanned on the event loop (about 8 ms at most); larger ones
+# in a process of their own, each given SCAN_TIMEOUT seconds.
+SCAN_IN_PROCESS_UP_TO = 1024 * 1024
+SCAN_TIMEOUT = 60.0
+_SCANNER = str(Path(__file__).with_name("bodyscan.py"))
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
@@ -60,46 +72,72 @@ def form_model_span(content_type: str, body: bytes) -> tuple[int, int] | None:
     return None
 
 
-def requested_model(query: dict[str, str], content_type: str, body: bytes) -> str | None:
-    """The model named by the request, or None when it names none."""
-    if body:
-        if content_type.lower().startswith("multipart/"):
-            span = form_model_span(content_type, body)
-            name = body[span[0] : span[1]].strip() if span else b""
-            if name:
-                return name.decode("utf-8", "replace")
-        else:
-            name = _json_model(body)
-            if name:
-                return name
-    return query.get("model") or None
+@dataclass(frozen=True)
+class BodyModel:
+    """The model a body names, and where its value is (a JSON string literal, or the raw
+    text of a form field), so that renaming it leaves the rest of the body untouched."""
+
+    name: str
+    start: int
+    end: int
+    json: bool
 
 
-def _json_model(body: bytes) -> str | None:
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None  # the child answers the malformed body with its own 400
-    model = data.get("model") if isinstance(data, dict) else None
-    return model if isinstance(model, str) and model else None
-
-
-def rename_model(content_type: str, body: bytes, name: str) -> bytes:
-    """The body with its `model` set to `name`: a child knows its model by one name only,
-    so an alias the client used is replaced by the model's canonical name."""
+def body_model(content_type: str, body: bytes) -> BodyModel | None:
+    """The model the body names, scanned here: fine for a form (linear `find`s) and for a
+    small JSON body; see `locate_model` for any body."""
+    if not body:
+        return None
     if content_type.lower().startswith("multipart/"):
         span = form_model_span(content_type, body)
-        if span is None:
-            return body
-        return body[: span[0]] + name.encode() + body[span[1] :]
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return body
-    if not isinstance(data, dict) or "model" not in data:
-        return body
-    data["model"] = name
-    return json.dumps(data, ensure_ascii=False).encode()
+        name = body[span[0] : span[1]].strip() if span else b""
+        return BodyModel(name.decode("utf-8", "replace"), *span, False) if span and name else None
+    found = model_member(body)  # a malformed body: the child answers it with its own 400
+    return BodyModel(*found, True) if found else None
+
+
+async def locate_model(
+    content_type: str, body: bytes, scans: asyncio.Semaphore
+) -> BodyModel | None:
+    """`body_model`, with a JSON body over SCAN_IN_PROCESS_UP_TO bytes scanned by a short
+    process of its own (`bodyscan.py`; `scans` bounds how many run at once), so that the
+    router's event loop, which every stream of every model goes through, is never held by
+    one request's body."""
+    if len(body) <= SCAN_IN_PROCESS_UP_TO or content_type.lower().startswith("multipart/"):
+        return body_model(content_type, body)
+    async with scans:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",
+            "-S",
+            _SCANNER,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(body), SCAN_TIMEOUT)
+        except asyncio.TimeoutError:
+            raise APIError(503, "the request body could not be read in time") from None
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    found = json.loads(out) if proc.returncode == 0 and out else None
+    return BodyModel(found[0], found[1], found[2], True) if found else None
+
+
+def requested_model(query: dict[str, str], content_type: str, body: bytes) -> str | None:
+    """The model named by the request, or None when it names none."""
+    found = body_model(content_type, body)
+    return found.name if found else query.get("model") or None
+
+
+def rename_model(body: bytes, found: BodyModel, name: str) -> bytes:
+    """The body with its `model` (where `found` says it is) set to `name`: a child knows its
+    model by one name only, so an alias the client used becomes the model's canonical name."""
+    value = json.dumps(name, ensure_ascii=False) if found.json else name
+    return body[: found.start] + value.encode() + body[found.end :]
 
 
 def with_query_model(query_string: bytes, name: str) -> bytes:
