@@ -288,3 +288,11 @@ def test_a_large_body_is_scanned_off_the_loop_and_renamed_in_place(router: Route
     # the alias became the model's name, and nothing else in the body changed
     assert int(resp.json()["content-length"]) == len(body) + len("small") - len("tiny")
     assert slowest < 1.0, f"/health took {slowest:.2f} s while the body was handled"
+
+
+def test_load_and_unload_bodies_are_small(router: Router) -> None:
+    body = {"model": "small", "padding": "x" * 100_000}
+    for path in ("/models/load", "/models/unload"):
+        resp = httpx.post(router.url + path, json=body, timeout=60)
+        assert resp.status_code == 413
+        assert resp.json()["error"]["message"] == f"the body of {path} is limited to 64 KiB"
