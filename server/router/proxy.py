@@ -2,8 +2,13 @@
 
 Plain ASGI: the request body is read whole (it names the model), the response is passed
 through chunk by chunk as the child writes it, so SSE events reach the client as they are
-made. A client that goes away closes the upstream connection, which stops the generation in
-the child. A child found dead when connecting is recorded and, with autoload, restarted once.
+made. A client that goes away, even before the answer began, closes the upstream connection,
+which stops the generation in the child.
+
+A request is sent to a child once. Only a child found dead with its port refusing the
+connection (so not a byte of the request reached it) is restarted and the request sent again;
+a child that dies after the request was written is a 502 for that request (an error event
+mid-stream), never a second run of it in a new child.
 """
 
 from __future__ import annotations
