@@ -244,11 +244,14 @@ def test_children_answer_only_the_router_and_their_secret_is_never_shown(
         assert err.value.response.status_code == 401
         # through the router the websocket reaches the child with the secret
         ws_url = router.url.replace("http://", "ws://") + "/v1/echo?model=small"
-        with ws_connect(ws_url, additional_headers=auth) as ws:
+        sent = {**auth, "X-Request-Id": "ws-chosen-id", "X-Forwarded-For": "10.1.2.3"}
+        with ws_connect(ws_url, additional_headers=sent, origin="http://localhost:3000") as ws:
             ws.send("whoami")
             seen = json.loads(ws.recv(timeout=10))
+            request_id = ws.response.headers["x-request-id"]
         assert seen["authorization"] == f"Bearer {secret}"
-        assert "origin" not in seen["headers"] or seen["headers"]["origin"] != "client"
+        assert seen["headers"]["x-request-id"] == request_id  # the router's id
+        assert "origin" not in seen["headers"] and "x-api-key" not in seen["headers"]
         # not in the child's command line (what `ps` shows)
         with open(f"/proc/{runtime['pid']}/cmdline", "rb") as f:
             assert secret.encode() not in f.read()

@@ -115,7 +115,16 @@ class WebSocketProxy:
                 await deny_error(scope, send, APIError(500, message))
                 return
             async with upstream:
-                await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
+                # the request id, as every HTTP answer carries it (the child logged this one)
+                request_id = scope.get("state", {}).get("request_id", "")
+                accept_headers = [(b"x-request-id", request_id.encode("latin-1", "replace"))]
+                await send(
+                    {
+                        "type": "websocket.accept",
+                        "subprotocol": upstream.subprotocol,
+                        "headers": accept_headers if request_id else [],
+                    }
+                )
                 await _pump(receive, send, upstream)
         finally:
             self.manager.release(state)
