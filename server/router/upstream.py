@@ -105,7 +105,7 @@ class Response:
 async def _dechunk(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
     """A chunked body's data: one socket read per wake-up, every whole chunk in it passed on
     at once (a token's event is one chunk; several that arrived together go out together).
-    A chunk larger than a read is finished with one exact read, not by growing a buffer."""
+    A chunk larger than a read is passed on read by read, never held whole."""
     buf = bytearray()
     while True:
         out: list[bytes] = []
@@ -130,8 +130,16 @@ async def _dechunk(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
                 if out:
                     yield b"".join(out)
                     out = []
-                rest = await reader.readexactly(size + 2 - have)
-                yield bytes(buf[start:]) + rest[: len(rest) - 2]
+                # passed on in reads of at most _READ: a huge chunk is never held whole
+                held = min(have, size)
+                if held:
+                    yield bytes(buf[start : start + held])
+                left = size - held
+                while left:
+                    data = await reader.readexactly(min(left, _READ))
+                    left -= len(data)
+                    yield data
+                await reader.readexactly(2 - (have - held))  # the chunk's CRLF
                 buf.clear()
                 pos = 0
             else:
