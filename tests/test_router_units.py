@@ -18,6 +18,7 @@ from llamactl.server.router.preset import read_preset
 from llamactl.server.router.proxy import (
     downstream_headers,
     request_target,
+    sse_error_event,
     unsafe_header,
     upstream_headers,
 )
@@ -519,3 +520,23 @@ def test_multipart_model_is_found_in_linear_time() -> None:
     for body in crafted:
         assert requested_model({"model": "q"}, ctype, body) == "q"
     assert time.monotonic() - t0 < 10  # the old pattern: minutes for the first alone
+
+
+def test_a_stream_cut_off_ends_with_its_apis_error_event() -> None:
+    chat = sse_error_event("/v1/chat/completions", "gone")
+    assert chat.startswith(b"data: ") and chat.endswith(b"\n\n")
+    assert json.loads(chat[6:])["error"] == {"code": 502, "message": "gone", "type": "server_error"}
+    name, data = sse_error_event("/v1/messages", "gone").decode().split("\n")[:2]
+    assert name == "event: error"
+    assert json.loads(data[6:]) == {
+        "type": "error",
+        "error": {"type": "api_error", "message": "gone"},
+    }
+    name, data = sse_error_event("/v1/responses", "gone").decode().split("\n")[:2]
+    assert name == "event: error"
+    assert json.loads(data[6:]) == {
+        "type": "error",
+        "code": "server_error",
+        "message": "gone",
+        "param": None,
+    }
