@@ -254,6 +254,7 @@ def test_children_answer_only_the_router_and_their_secret_is_never_shown(
         assert seen["authorization"] == f"Bearer {secret}"
         assert seen["headers"]["x-request-id"] == request_id  # the router's id
         assert "origin" not in seen["headers"] and "x-api-key" not in seen["headers"]
+        assert secret not in httpx.get(router.url + "/models", headers=auth).text
         # not in the child's command line (what `ps` shows)
         with open(f"/proc/{runtime['pid']}/cmdline", "rb") as f:
             assert secret.encode() not in f.read()
