@@ -35,7 +35,7 @@ from test_router import (
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # the SIGKILL faults are `soak` tests too (CI runs those)
 
 LONG = {"ignore_eos": True, "max_tokens": 300, "messages": [{"role": "user", "content": "Go"}]}
 
@@ -73,6 +73,7 @@ def in_thread(fn) -> tuple[threading.Thread, dict[str, Any]]:
 
 
 # ----------------------------------------------------------------------------- no double runs
+@pytest.mark.soak
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
 def test_child_killed_mid_request_is_a_502_and_the_request_is_not_sent_again(
     router: Router, path: str
@@ -112,6 +113,7 @@ def collect_stream(router: Router, path: str, model: str, events: list[tuple[flo
                 events.append((time.monotonic(), line))
 
 
+@pytest.mark.soak
 def test_sigkill_mid_stream_ends_its_streams_and_spares_other_models(router: Router) -> None:
     assert router.chat("small").status_code == 200 and router.chat("think").status_code == 200
     pid = pid_of(router, "small")

@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from llamactl.server import precheck
+from llamactl.server.precheck import PRECHECK_BYTES
 from llamactl.server.router import upstream
-from llamactl.server.router.bodyscan import model_member
 from llamactl.server.router.catalog import build_catalog
 from llamactl.server.router.command import child_argv, child_env, new_secret
 from llamactl.server.router.preset import read_preset
@@ -23,12 +24,12 @@ from llamactl.server.router.proxy import (
     upstream_headers,
 )
 from llamactl.server.router.selection import (
-    SCAN_IN_PROCESS_UP_TO,
     BodyModel,
     autoload_for,
     body_model,
     form_model_span,
     locate_model,
+    model_member,
     query_params,
     rename_model,
     requested_model,
@@ -306,7 +307,7 @@ def test_the_json_scan_finds_the_top_level_model(body: bytes, expected) -> None:
 def test_large_json_bodies_are_scanned_off_the_event_loop() -> None:
     messages = [{"role": "user", "content": f"message {i}"} for i in range(60_000)]
     body = json.dumps({"messages": messages, "model": "tiny"}).encode()
-    assert len(body) > SCAN_IN_PROCESS_UP_TO
+    assert len(body) > PRECHECK_BYTES
 
     async def main() -> tuple[BodyModel | None, int, BodyModel | None]:
         ticks = 0
@@ -318,13 +319,15 @@ def test_large_json_bodies_are_scanned_off_the_event_loop() -> None:
                 ticks += 1
 
         task = asyncio.create_task(ticker())
-        scans = asyncio.Semaphore(2)
-        found = await locate_model("application/json", body, scans)
+        found = await locate_model("application/json", body)
         task.cancel()
-        bad = await locate_model("application/json", b"[" * (SCAN_IN_PROCESS_UP_TO + 1), scans)
+        bad = await locate_model("application/json", b"[" * (PRECHECK_BYTES + 1))
         return found, ticks, bad
 
-    found, ticks, bad = asyncio.run(main())
+    try:
+        found, ticks, bad = asyncio.run(main())
+    finally:
+        precheck.shutdown()
     assert found is not None and found.name == "tiny" and found.json
     assert body[found.start : found.end] == b'"tiny"'
     assert ticks > 1  # the loop kept turning while the body was scanned

@@ -11,6 +11,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from llamactl.config import Settings
 
+from .. import precheck
 from ..errors import install_handlers
 from ..middleware import install_middleware
 from . import routes
@@ -63,6 +64,7 @@ def create_router_app(
         finally:
             await http_proxy.aclose()
             await manager.close()
+            precheck.shutdown()
 
     app = FastAPI(
         title="llamactl router",

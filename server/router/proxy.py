@@ -190,7 +190,6 @@ class HttpProxy:
         self.manager = manager
         self.autoload = autoload
         self.upstreams = Upstreams()
-        self._scans = asyncio.Semaphore(2)  # large bodies scanned at once, off the loop
 
     async def aclose(self) -> None:
         self.upstreams.close()
@@ -210,7 +209,7 @@ class HttpProxy:
         query = query_params(scope.get("query_string", b""))
         ctype = header(scope, b"content-type")
         try:
-            found = await locate_model(ctype, body, self._scans)
+            found = await locate_model(ctype, body)
         except APIError as e:
             await send_error(scope, send, e)
             return

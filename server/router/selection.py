@@ -3,20 +3,21 @@
 A JSON body names it in `model` (llama-server's rule for POST); a multipart upload (audio
 transcription) in its `model` form field; anything else (GET, websocket handshakes) in the
 `?model=` query, which is also the fallback when a body does not name one.
+
+Finding it must not hold the event loop: a form is scanned with linear `find`s, a JSON body's
+top-level members are decoded one by one (the same cost as json.loads, in the helper process
+for a big body), and where the value is, is kept, so that an alias can be renamed by
+splicing the canonical name in, the rest of the body byte for byte as the client sent it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import parse_qs, parse_qsl, urlencode
 
-from ..errors import APIError
-from .bodyscan import model_member
+from ..precheck import PRECHECK_BYTES, in_helper
 
 _BOUNDARY = re.compile(r';\s*boundary="?([^";]{1,200})"?', re.IGNORECASE)
 _NAMED_MODEL = re.compile(rb';\s*name="?model"?\s*(?:;|$)', re.IGNORECASE)
@@ -25,11 +26,6 @@ _NAMED_MODEL = re.compile(rb';\s*name="?model"?\s*(?:;|$)', re.IGNORECASE)
 _MAX_PART_HEAD = 16 * 1024
 _MAX_NAME = 1024
 _MAX_PARTS = 100
-# JSON bodies up to this size are scanned on the event loop (about 8 ms at most); larger ones
-# in a process of their own, each given SCAN_TIMEOUT seconds.
-SCAN_IN_PROCESS_UP_TO = 1024 * 1024
-SCAN_TIMEOUT = 60.0
-_SCANNER = str(Path(__file__).with_name("bodyscan.py"))
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
@@ -72,6 +68,59 @@ def form_model_span(content_type: str, body: bytes) -> tuple[int, int] | None:
     return None
 
 
+_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _skip(text: str, i: int) -> int:
+    return _SPACE.match(text, i).end()  # type: ignore[union-attr]  # always matches
+
+
+def model_member(body: bytes) -> tuple[str, int, int] | None:  # also runs in the helper
+    """(model, start, end): the body's top-level `model` string and the byte span of its JSON
+    value, quotes included. None when the body is not a JSON object (UTF-8, as RFC 8259
+    requires between systems) or has no non-empty string `model`. As with json.loads, the
+    last `model` member wins."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    found: tuple[object, int, int] | None = None
+    try:
+        i = _skip(text, 0)
+        if text[i] != "{":
+            return None
+        i = _skip(text, i + 1)
+        if text[i] != "}":
+            while True:
+                key, i = _DECODER.raw_decode(text, i)
+                if not isinstance(key, str):
+                    return None
+                i = _skip(text, i)
+                if text[i] != ":":
+                    return None
+                start = _skip(text, i + 1)
+                value, end = _DECODER.raw_decode(text, start)
+                if key == "model":
+                    found = (value, start, end)
+                i = _skip(text, end)
+                if text[i] == "}":
+                    break
+                if text[i] != ",":
+                    return None
+                i = _skip(text, i + 1)
+        if _skip(text, i + 1) != len(text):
+            return None  # something after the object
+    except (ValueError, IndexError, RecursionError):  # RecursionError: nested too deeply
+        return None
+    if found is None or not isinstance(found[0], str) or not found[0]:
+        return None
+    name, start, end = found
+    if not text.isascii():  # character offsets to byte offsets
+        start, end = len(text[:start].encode()), len(text[:end].encode())
+    return name, start, end
+
+
 @dataclass(frozen=True)
 class BodyModel:
     """The model a body names, and where its value is (a JSON string literal, or the raw
@@ -96,35 +145,14 @@ def body_model(content_type: str, body: bytes) -> BodyModel | None:
     return BodyModel(*found, True) if found else None
 
 
-async def locate_model(
-    content_type: str, body: bytes, scans: asyncio.Semaphore
-) -> BodyModel | None:
-    """`body_model`, with a JSON body over SCAN_IN_PROCESS_UP_TO bytes scanned by a short
-    process of its own (`bodyscan.py`; `scans` bounds how many run at once), so that the
-    router's event loop, which every stream of every model goes through, is never held by
-    one request's body."""
-    if len(body) <= SCAN_IN_PROCESS_UP_TO or content_type.lower().startswith("multipart/"):
+async def locate_model(content_type: str, body: bytes) -> BodyModel | None:
+    """`body_model`, with a JSON body over PRECHECK_BYTES scanned in the server's helper
+    process (server/precheck.py): parsing holds the GIL, and the router's event loop, which
+    every stream of every model goes through, must never wait for one request's body."""
+    if len(body) <= PRECHECK_BYTES or content_type.lower().startswith("multipart/"):
         return body_model(content_type, body)
-    async with scans:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-I",
-            "-S",
-            _SCANNER,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        try:
-            out, _ = await asyncio.wait_for(proc.communicate(body), SCAN_TIMEOUT)
-        except asyncio.TimeoutError:
-            raise APIError(503, "the request body could not be read in time") from None
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-    found = json.loads(out) if proc.returncode == 0 and out else None
-    return BodyModel(found[0], found[1], found[2], True) if found else None
+    found = await in_helper(model_member, body)
+    return BodyModel(*found, True) if found else None
 
 
 def requested_model(query: dict[str, str], content_type: str, body: bytes) -> str | None:
