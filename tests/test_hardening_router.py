@@ -304,3 +304,24 @@ def test_load_and_unload_bodies_are_small(router: Router) -> None:
         resp = httpx.post(router.url + path, json=body, timeout=60)
         assert resp.status_code == 413
         assert resp.json()["error"]["message"] == f"the body of {path} is limited to 64 KiB"
+
+
+@pytest.mark.soak
+def test_sigkill_mid_download_breaks_the_clients_connection(router: Router) -> None:
+    """A streamed body that is not SSE (speech) has no error event: cut off, it must not
+    look whole, so the router closes the client's connection instead of ending the body."""
+    assert router.chat("small").status_code == 200
+    pid = pid_of(router, "small")
+    body = {"model": "small", "input": "Hello there, how are you today? " * 200, "stream": True}
+    received = 0
+    with (
+        pytest.raises(httpx.TransportError),  # not a clean end of the body
+        httpx.stream("POST", router.url + "/tts", json=body, timeout=30) as r,
+    ):
+        assert r.status_code == 200 and "content-length" not in r.headers
+        for chunk in r.iter_bytes():
+            if not received:
+                os.kill(pid, signal.SIGKILL)
+            received += len(chunk)
+    assert received > 0
+    assert router.chat("small").status_code == 200  # restarted for the next request
