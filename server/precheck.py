@@ -16,14 +16,17 @@ import asyncio
 import concurrent.futures
 import multiprocessing
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pydantic_core
 
 from .errors import APIError
 from .limits import RequestLimits
 
-__all__ = ["PRECHECK_BYTES", "check_body", "precheck", "shutdown"]
+__all__ = ["PRECHECK_BYTES", "check_body", "in_helper", "precheck", "shutdown"]
+
+T = TypeVar("T")
 
 # Smaller bodies parse in a few tens of milliseconds: not worth a trip to another process.
 PRECHECK_BYTES = 1 << 20
@@ -51,13 +54,20 @@ def shutdown() -> None:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-async def precheck(raw: bytes, limits: RequestLimits, n_vocab: int) -> None:
-    """Raise the APIError a body over the limits deserves, checked in the helper process."""
+async def in_helper(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in the helper process (`fn` a module-level function, the arguments
+    picklable): how any part of the server looks into a big body without holding the GIL.
+    The router uses it to find the model a big body names."""
     try:
-        verdict = await asyncio.wrap_future(_checker().submit(check_body, raw, limits, n_vocab))
+        return await asyncio.wrap_future(_checker().submit(fn, *args))
     except concurrent.futures.process.BrokenProcessPool:
         shutdown()  # the helper died (out of memory on this body): a new one for the next
         raise APIError(413, "the request body is too large to check") from None
+
+
+async def precheck(raw: bytes, limits: RequestLimits, n_vocab: int) -> None:
+    """Raise the APIError a body over the limits deserves, checked in the helper process."""
+    verdict = await in_helper(check_body, raw, limits, n_vocab)
     if verdict is not None:
         raise APIError(*verdict)
 
