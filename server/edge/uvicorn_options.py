@@ -37,6 +37,9 @@ def uvicorn_options(settings: Settings, **overrides: Any) -> dict[str, Any]:
         "ws_max_size": WS_MAX_SIZE,
         "timeout_keep_alive": 5,  # idle keep-alive connections are closed after 5 s
         "timeout_graceful_shutdown": 5,
+        # X-Forwarded-For is not believed (uvicorn believes it from 127.0.0.1 by default): any
+        # local process could otherwise write another client address into the logs
+        "proxy_headers": False,
     }
     options.update(overrides)
     return options
