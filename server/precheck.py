@@ -15,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import multiprocessing
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pydantic_core
 
 from .errors import APIError
+from .executors import LazyExecutor
 from .limits import RequestLimits
 
 __all__ = ["PRECHECK_BYTES", "check_body", "in_helper", "precheck", "shutdown"]
@@ -31,27 +31,19 @@ T = TypeVar("T")
 # Smaller bodies parse in a few tens of milliseconds: not worth a trip to another process.
 PRECHECK_BYTES = 1 << 20
 
-_pool: concurrent.futures.ProcessPoolExecutor | None = None
-_pool_lock = threading.Lock()
+
+def _spawn_helper() -> concurrent.futures.ProcessPoolExecutor:
+    # spawn: forking a process that runs llama.cpp's threads is not safe
+    context = multiprocessing.get_context("spawn")
+    return concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context)
 
 
-def _checker() -> concurrent.futures.ProcessPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            # spawn: forking a process that runs llama.cpp's threads is not safe
-            context = multiprocessing.get_context("spawn")
-            _pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context)
-        return _pool
+_helper = LazyExecutor(_spawn_helper)
 
 
 def shutdown() -> None:
     """Stop the helper process (the app's shutdown; it is started again when needed)."""
-    global _pool
-    with _pool_lock:
-        pool, _pool = _pool, None
-    if pool is not None:
-        pool.shutdown(wait=False, cancel_futures=True)
+    _helper.shutdown()
 
 
 async def in_helper(fn: Callable[..., T], *args: Any) -> T:
@@ -59,7 +51,7 @@ async def in_helper(fn: Callable[..., T], *args: Any) -> T:
     picklable): how any part of the server looks into a big body without holding the GIL.
     The router uses it to find the model a big body names."""
     try:
-        return await asyncio.wrap_future(_checker().submit(fn, *args))
+        return await asyncio.wrap_future(_helper.get().submit(fn, *args))
     except concurrent.futures.process.BrokenProcessPool:
         shutdown()  # the helper died (out of memory on this body): a new one for the next
         raise APIError(413, "the request body is too large to check") from None

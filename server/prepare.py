@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -33,6 +32,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from .executors import LazyExecutor
 from .limits import limits_of
 from .precheck import PRECHECK_BYTES, precheck
 
@@ -44,18 +44,11 @@ T = TypeVar("T")
 # take the cores from the decode thread.
 PREPARE_WORKERS = 3
 
-_executor: concurrent.futures.ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def _workers() -> concurrent.futures.ThreadPoolExecutor:
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            _executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=PREPARE_WORKERS, thread_name_prefix="llamactl-prepare"
-            )
-        return _executor
+_workers = LazyExecutor(
+    lambda: concurrent.futures.ThreadPoolExecutor(
+        max_workers=PREPARE_WORKERS, thread_name_prefix="llamactl-prepare"
+    )
+)
 
 
 async def off_loop(
@@ -64,7 +57,7 @@ async def off_loop(
     """`fn(*args, **kwargs)` in a preparation worker. If the awaiting task is cancelled before
     the work ends, the work still runs to its end (a thread cannot be stopped) and its result
     goes to `abandon`, e.g. to cancel a generation that was submitted for a departed client."""
-    future = _workers().submit(functools.partial(fn, *args, **kwargs))
+    future = _workers.get().submit(functools.partial(fn, *args, **kwargs))
     try:
         return await asyncio.wrap_future(future)
     except asyncio.CancelledError:
