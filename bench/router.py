@@ -122,7 +122,9 @@ async def overhead(router: str, direct: str, args: argparse.Namespace) -> dict[s
     }
     figures["router_cpu"] = [0.0, 0.0]  # CPU seconds of the router, tokens through it
     text = prompt(args.prompt_repeats)
-    async with httpx.AsyncClient(timeout=300, trust_env=False) as client:
+    # The child's key goes to both: the keyless router ignores it (and sends its own).
+    auth = {"Authorization": f"Bearer {args.child_key}"}
+    async with httpx.AsyncClient(timeout=300, trust_env=False, headers=auth) as client:
         await stream_once(client, router, 16, text)  # warm both paths
         await stream_once(client, direct, 16, text)
         for i in range(args.rounds):
@@ -139,6 +141,16 @@ async def overhead(router: str, direct: str, args: argparse.Namespace) -> dict[s
                     agg = await concurrent(client, url, args.tokens, args.concurrency, text)
                     figures[f"{which}_agg"].append(agg)
     return figures
+
+
+def child_key(pid: int) -> str:
+    """The secret a child requires: only the router sends it, but the same user may read it
+    from the child's environment (which is how a benchmark asks the child directly)."""
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        for item in f.read().split(b"\0"):
+            if item.startswith(b"LLAMACTL_API_KEY="):
+                return item.split(b"=", 1)[1].decode()
+    raise RuntimeError("the child has no LLAMACTL_API_KEY")
 
 
 def cold_loads(url: str, n: int) -> list[tuple[float, float]]:
@@ -177,6 +189,7 @@ def main() -> None:
             httpx.post(router + "/models/load", json={"model": "m"}, timeout=120)
             runtime = httpx.get(router + "/models").json()["data"][0]["runtime"]
             direct = f"http://127.0.0.1:{runtime['port']}"
+            args.child_key = child_key(runtime["pid"])
             figures = asyncio.run(overhead(router, direct, args))
             cold = cold_loads(router, args.cold)
         finally:

@@ -32,7 +32,7 @@ _llamactl() {
             "llamactl tui") path="$path $w" ;;
         esac
         case "$path:$w" in
-            "llamactl chat:--model"|"llamactl chat:-m"|"llamactl chat:--system"|"llamactl chat:-s"|"llamactl chat:--ctx-size"|"llamactl chat:--threads"|"llamactl chat:--temperature"|"llamactl chat:-t"|"llamactl chat:--top-p"|"llamactl chat:--top-k"|"llamactl chat:--seed"|"llamactl chat:--max-tokens"|"llamactl chat:-n"|"llamactl convert:--outfile"|"llamactl convert:-o"|"llamactl convert:--outtype"|"llamactl convert:--base"|"llamactl models:--models-dir"|"llamactl ps:--url"|"llamactl ps:--api-key"|"llamactl score:--model"|"llamactl score:-m"|"llamactl score:--state"|"llamactl score:-s"|"llamactl score:--question"|"llamactl score:-q"|"llamactl score:--image"|"llamactl score:-i"|"llamactl score:--request"|"llamactl score:-r"|"llamactl score:--mmproj"|"llamactl score:--threads"|"llamactl score:--parallel"|"llamactl score:--url"|"llamactl serve:--model"|"llamactl serve:-m"|"llamactl serve:--alias"|"llamactl serve:-a"|"llamactl serve:--host"|"llamactl serve:--port"|"llamactl serve:--parallel"|"llamactl serve:-np"|"llamactl serve:--ctx-size"|"llamactl serve:-c"|"llamactl serve:--threads"|"llamactl serve:-t"|"llamactl serve:--batch-size"|"llamactl serve:-b"|"llamactl serve:--cache-type"|"llamactl serve:-ctk"|"llamactl serve:--cache-ram"|"llamactl serve:-cram"|"llamactl serve:--slot-prompt-similarity"|"llamactl serve:-sps"|"llamactl serve:--ctx-checkpoints"|"llamactl serve:-ctxcp"|"llamactl serve:--checkpoint-min-step"|"llamactl serve:-cms"|"llamactl serve:--spec-type"|"llamactl serve:--model-draft"|"llamactl serve:-md"|"llamactl serve:--spec-draft-n-max"|"llamactl serve:--spec-draft-n-min"|"llamactl serve:--spec-draft-p-min"|"llamactl serve:--chat-template-file"|"llamactl serve:--api-key"|"llamactl serve:--api-key-file"|"llamactl serve:--sse-ping-interval"|"llamactl serve:--max-queue"|"llamactl serve:--models-dir"|"llamactl serve:--models-preset"|"llamactl serve:--models-max"|"llamactl serve:--sleep-idle-seconds"|"llamactl serve:--log-level"|"llamactl stop:--url"|"llamactl stop:--api-key"|"llamactl transcribe:--device"|"llamactl transcribe:--rate"|"llamactl transcribe:--model"|"llamactl transcribe:-m"|"llamactl transcribe:--language"|"llamactl transcribe:-l"|"llamactl transcribe:--threads"|"llamactl transcribe:-t"|"llamactl transcribe:--url"|"llamactl transcribe:--api-key"|"llamactl tts:--output"|"llamactl tts:-o"|"llamactl tts:--voice"|"llamactl tts:--speed"|"llamactl tts:--format"|"llamactl tts:--speaker-ref"|"llamactl tts:--seed"|"llamactl tts:--model"|"llamactl tts:--mmproj"|"llamactl tui:--url"|"llamactl tui:--model"|"llamactl tui:-m"|"llamactl tui:--api-key"|"llamactl tui:--device"|"llamactl tui:--audio-file") skip=1 ;;
+            "llamactl chat:--model"|"llamactl chat:-m"|"llamactl chat:--system"|"llamactl chat:-s"|"llamactl chat:--ctx-size"|"llamactl chat:--threads"|"llamactl chat:--temperature"|"llamactl chat:-t"|"llamactl chat:--top-p"|"llamactl chat:--top-k"|"llamactl chat:--seed"|"llamactl chat:--max-tokens"|"llamactl chat:-n"|"llamactl convert:--outfile"|"llamactl convert:-o"|"llamactl convert:--outtype"|"llamactl convert:--base"|"llamactl models:--models-dir"|"llamactl ps:--url"|"llamactl ps:--api-key"|"llamactl score:--model"|"llamactl score:-m"|"llamactl score:--state"|"llamactl score:-s"|"llamactl score:--question"|"llamactl score:-q"|"llamactl score:--image"|"llamactl score:-i"|"llamactl score:--request"|"llamactl score:-r"|"llamactl score:--mmproj"|"llamactl score:--threads"|"llamactl score:--parallel"|"llamactl score:--url"|"llamactl serve:--model"|"llamactl serve:-m"|"llamactl serve:--alias"|"llamactl serve:-a"|"llamactl serve:--host"|"llamactl serve:--port"|"llamactl serve:--parallel"|"llamactl serve:-np"|"llamactl serve:--ctx-size"|"llamactl serve:-c"|"llamactl serve:--threads"|"llamactl serve:-t"|"llamactl serve:--batch-size"|"llamactl serve:-b"|"llamactl serve:--cache-type"|"llamactl serve:-ctk"|"llamactl serve:--cache-ram"|"llamactl serve:-cram"|"llamactl serve:--slot-prompt-similarity"|"llamactl serve:-sps"|"llamactl serve:--ctx-checkpoints"|"llamactl serve:-ctxcp"|"llamactl serve:--checkpoint-min-step"|"llamactl serve:-cms"|"llamactl serve:--spec-type"|"llamactl serve:--model-draft"|"llamactl serve:-md"|"llamactl serve:--spec-draft-n-max"|"llamactl serve:--spec-draft-n-min"|"llamactl serve:--spec-draft-p-min"|"llamactl serve:--chat-template-file"|"llamactl serve:--api-key"|"llamactl serve:--api-key-file"|"llamactl serve:--sse-ping-interval"|"llamactl serve:--max-queue"|"llamactl serve:--cors-origins"|"llamactl serve:--allowed-hosts"|"llamactl serve:--max-body-size"|"llamactl serve:--body-timeout"|"llamactl serve:--max-messages"|"llamactl serve:--max-stop-strings"|"llamactl serve:--max-stop-length"|"llamactl serve:--max-tools"|"llamactl serve:--max-schema-bytes"|"llamactl serve:--max-schema-depth"|"llamactl serve:--max-json-values"|"llamactl serve:--models-dir"|"llamactl serve:--models-preset"|"llamactl serve:--models-max"|"llamactl serve:--sleep-idle-seconds"|"llamactl serve:--log-level"|"llamactl stop:--url"|"llamactl stop:--api-key"|"llamactl transcribe:--device"|"llamactl transcribe:--rate"|"llamactl transcribe:--model"|"llamactl transcribe:-m"|"llamactl transcribe:--language"|"llamactl transcribe:-l"|"llamactl transcribe:--threads"|"llamactl transcribe:-t"|"llamactl transcribe:--url"|"llamactl transcribe:--api-key"|"llamactl tts:--output"|"llamactl tts:-o"|"llamactl tts:--voice"|"llamactl tts:--speed"|"llamactl tts:--format"|"llamactl tts:--speaker-ref"|"llamactl tts:--seed"|"llamactl tts:--model"|"llamactl tts:--mmproj"|"llamactl tui:--url"|"llamactl tui:--model"|"llamactl tui:-m"|"llamactl tui:--api-key"|"llamactl tui:--device"|"llamactl tui:--audio-file") skip=1 ;;
         esac
     done
     # --option=value arrives as three words: --option, =, value
@@ -184,6 +184,39 @@ _llamactl() {
         "llamactl serve:--max-queue")
             COMPREPLY=()
             return ;;
+        "llamactl serve:--cors-origins")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--allowed-hosts")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--max-body-size")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--body-timeout")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--max-messages")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--max-stop-strings")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--max-stop-length")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--max-tools")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--max-schema-bytes")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--max-schema-depth")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--max-json-values")
+            COMPREPLY=()
+            return ;;
         "llamactl serve:--models-dir")
             _llamactl_files -d "$cur"
             return ;;
@@ -292,7 +325,7 @@ _llamactl() {
             subs=""
             args=none ;;
         "llamactl serve")
-            opts="--model -m --alias -a --host --port --parallel -np --ctx-size -c --threads -t --batch-size -b --kv-unified --no-kv-unified --cache-type -ctk --cache-ram -cram --cache-idle-slots --no-cache-idle-slots --slot-prompt-similarity -sps --ctx-checkpoints -ctxcp --checkpoint-min-step -cms --spec-type --model-draft -md --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min --chat-template-file --api-key --api-key-file --sse-ping-interval --max-queue --metrics --models-dir --models-preset --models-max --models-autoload --no-models-autoload --sleep-idle-seconds --log-level --help -h"
+            opts="--model -m --alias -a --host --port --parallel -np --ctx-size -c --threads -t --batch-size -b --kv-unified --no-kv-unified --cache-type -ctk --cache-ram -cram --cache-idle-slots --no-cache-idle-slots --slot-prompt-similarity -sps --ctx-checkpoints -ctxcp --checkpoint-min-step -cms --spec-type --model-draft -md --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min --chat-template-file --api-key --api-key-file --sse-ping-interval --max-queue --metrics --cors-origins --allowed-hosts --max-body-size --body-timeout --max-messages --max-stop-strings --max-stop-length --max-tools --max-schema-bytes --max-schema-depth --max-json-values --models-dir --models-preset --models-max --models-autoload --no-models-autoload --sleep-idle-seconds --log-level --help -h"
             subs=""
             args=none ;;
         "llamactl stop")

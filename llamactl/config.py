@@ -90,7 +90,7 @@ class Settings:
     system: str | None = None
     host: str = "127.0.0.1"
     port: int = 8080
-    api_key: list[str] = field(default_factory=list)
+    api_key: list[str] = field(default_factory=list, repr=False)  # never printed
     api_key_file: Path | None = None
     sse_ping_interval: float = 30.0
     metrics: bool = False
@@ -128,6 +128,19 @@ class Settings:
     max_audio_upload_mib: int = 64  # size of one transcription upload
     realtime_max_buffer_seconds: float = 1200.0  # input audio a realtime session holds unread
     realtime_max_sessions: int = 32  # /v1/realtime connections served at once
+    # Request limits (serve): work that grows with a request is bounded; over a limit is a 400
+    max_messages: int = 4096  # chat messages / Responses input items per request
+    max_stop_strings: int = 32  # OpenAI allows 4, llama-server any number
+    max_stop_length: int = 512  # characters in one stop string
+    max_tools: int = 128  # OpenAI's limit
+    max_schema_bytes: int = 262144  # a JSON schema (tools, response formats) or GBNF grammar
+    max_schema_depth: int = 64  # nesting of objects and arrays in such a schema
+    max_json_values: int = 262144  # values in a body over 1 MiB (checked before it is parsed)
+    # HTTP edge (serve): who may call, how much a request may send (docs/serve.md, Security)
+    cors_origins: list[str] = field(default_factory=lambda: ["localhost"])  # or "*", origins
+    allowed_hosts: list[str] = field(default_factory=list)  # Host names besides loopback; "*"
+    max_body_size: int = 32  # MiB per request body (uploads: up to the audio file limit)
+    body_timeout: float = 60.0  # seconds to receive a whole request body, else 408
     # Bookkeeping, not settings: the file that was read (None if there was none) and where
     # each setting's value came from.
     config_file: Path | None = field(default=None, compare=False, metadata=_INTERNAL)
@@ -164,6 +177,8 @@ SETTING_NAMES: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(Settings) if not f.metadata.get("internal")
 )
 _HINTS: dict[str, Any] = typing.get_type_hints(Settings)
+# Settings whose values error messages never quote (they are secrets).
+SECRET_SETTINGS = frozenset({"api_key"})
 # Other spellings accepted for a setting, in the file and as env var names.
 KEY_ALIASES = {"ctx_size": "n_ctx"}
 # Inclusive (min, max) bounds checked after merging; None means unbounded.
@@ -194,11 +209,26 @@ _LIMITS: dict[str, tuple[float | None, float | None]] = {
     "max_audio_upload_mib": (1, None),
     "realtime_max_buffer_seconds": (60.0, None),
     "realtime_max_sessions": (1, None),
+    "max_messages": (1, None),
+    "max_stop_strings": (0, None),
+    "max_stop_length": (1, None),
+    "max_tools": (0, None),
+    "max_schema_bytes": (1, None),
+    "max_schema_depth": (1, None),
+    "max_json_values": (1, None),
+    # HTTP edge
+    "max_body_size": (1, None),
+    "body_timeout": (0.1, None),
 }
 
 
 class _BadValue(Exception):
     """A value that does not fit its setting's type; the caller adds where it came from."""
+
+
+def _shown(name: str, error: _BadValue) -> str:
+    """The error as the user may see it: for a secret, what was expected but not the value."""
+    return str(error).split(", got ")[0] if name in SECRET_SETTINGS else str(error)
 
 
 def _describe(value: Any) -> str:
@@ -357,7 +387,7 @@ def _read_config_file(path: Path, *, explicit: bool) -> dict[str, tuple[Any, Sou
         try:
             value = _coerce(value, _HINTS[name], from_text=False)
         except _BadValue as e:
-            raise _file_error(path, line, f"invalid value for {key!r}: {e}") from None
+            raise _file_error(path, line, f"invalid value for {key!r}: {_shown(name, e)}") from None
         if isinstance(value, Path) and not value.is_absolute():
             value = path.parent / value  # relative paths are relative to the file
         values[name] = (value, Source("file", f"{path}:{line}" if line else str(path)))
@@ -419,7 +449,7 @@ def _read_cli(overrides: Mapping[str, Any]) -> dict[str, tuple[Any, Source]]:
         try:
             value = _coerce(raw, _HINTS[name], from_text=isinstance(raw, str))
         except _BadValue as e:
-            raise ConfigError(f"invalid value for {flag}: {e}") from None
+            raise ConfigError(f"invalid value for {flag}: {_shown(name, e)}") from None
         values[name] = (value, Source("cli", flag))
     return values
 

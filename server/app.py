@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from llamactl.config import Settings
 from llamactl.models import resolve_model
 
-from . import basic, openapi_errors
+from . import basic, openapi_errors, precheck
 from .errors import install_handlers
 from .middleware import install_middleware
 from .state import ServerState
@@ -51,6 +51,7 @@ def create_app(
         try:
             yield
         finally:
+            precheck.shutdown()
             state.close()
 
     app = FastAPI(

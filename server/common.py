@@ -8,15 +8,19 @@ from typing import Any
 
 from fastapi import Request
 
-from llamactl.engine.conversation import ChatRequest, ChatStream
+from llamactl.engine.conversation import ChatRequest, ChatStream, RenderedChat
 from llamactl.engine.errors import LlamactlError
 from llamactl.engine.grammar import json_grammar, json_schema_grammar
 from llamactl.engine.types import Done, SamplingParams
 
 from .errors import APIError, bad_request, field_range_error, from_engine_error
+from .limits import limits_of
 from .state import ServerState
 
 INT32_MAX = 2**31 - 1
+# llama.cpp samplers take a uint32 seed, and read 0xFFFFFFFF (LLAMA_DEFAULT_SEED) as "random"
+SEED_SPACE = 2**32 - 1
+SEED_RANGE = (-(2**63), 2**64 - 1)  # OpenAI's seed is an int64; unsigned 64-bit accepted too
 
 
 def new_id(prefix: str) -> str:
@@ -91,15 +95,25 @@ def sampling_params(
     check_float_range("min_p", min_p, 0.0, 1.0)
     check_float_range("presence_penalty", presence_penalty, -2.0, 2.0)
     check_float_range("frequency_penalty", frequency_penalty, -2.0, 2.0)
-    if top_k is not None and top_k < 0:
-        raise bad_request(f"Field 'top_k': Value must be >= 0, but got {top_k}")
+    # 0 would divide logits by zero; NaN fails every comparison and is refused too
+    if repeat_penalty is not None and not 0.0 < repeat_penalty <= 100.0:
+        raise bad_request(
+            f"Field 'repeat_penalty': Value must be between 0 < value <= 100, but got "
+            f"{repeat_penalty}"
+        )
+    check_int_range("top_k", top_k, 0, INT32_MAX)
+    check_int_range("seed", seed, *SEED_RANGE)
+    n_vocab = state.engine.model.n_vocab
+    limits = limits_of(s)
+    limits.check_logit_bias(len(logit_bias or ()), n_vocab)
+    limits.check_grammar(grammar)
     bias: dict[int, float] = {}
     for key, value in (logit_bias or {}).items():
         try:
             token = int(key)
         except (TypeError, ValueError):
             raise bad_request(f"Field 'logit_bias': key '{key}' is not a token id") from None
-        if not 0 <= token < state.engine.model.n_vocab:
+        if not 0 <= token < n_vocab:
             raise bad_request(f"Field 'logit_bias': token id {token} is out of the vocabulary")
         check_float_range(f"logit_bias.{key}", value, -100.0, 100.0)
         bias[token] = float(value)
@@ -108,7 +122,7 @@ def sampling_params(
         top_p=s.top_p if top_p is None else top_p,
         top_k=s.top_k if top_k is None else top_k,
         min_p=s.min_p if min_p is None else min_p,
-        seed=s.seed if seed is None else seed,
+        seed=s.seed if seed is None else seed % SEED_SPACE,
         presence_penalty=presence_penalty or 0.0,
         frequency_penalty=frequency_penalty or 0.0,
         repeat_penalty=repeat_penalty or 1.0,
@@ -117,21 +131,26 @@ def sampling_params(
     )
 
 
-def response_format_grammar(response_format: dict[str, Any] | None) -> str | None:
+def response_format_grammar(
+    state: ServerState, response_format: dict[str, Any] | None
+) -> str | None:
     """OpenAI `response_format` → a grammar the sampler enforces (never just a prompt hint)."""
     if not response_format:
         return None
     kind = response_format.get("type")
     if kind in (None, "text"):
         return None
+    limits = limits_of(state.settings)
     if kind == "json_object":
         schema = response_format.get("schema")
+        limits.check_schema(schema, "response_format.schema")
         return json_schema_grammar(schema) if schema else json_grammar()
     if kind == "json_schema":
         spec = response_format.get("json_schema") or {}
         schema = spec.get("schema") if isinstance(spec, dict) else None
         if schema is None:
             raise bad_request("Field 'response_format.json_schema.schema' is required")
+        limits.check_schema(schema, "response_format.json_schema.schema")
         return json_schema_grammar(schema)
     raise bad_request(
         "Field 'response_format.type': expected 'text', 'json_object' or 'json_schema', "
@@ -139,9 +158,37 @@ def response_format_grammar(response_format: dict[str, Any] | None) -> str | Non
     )
 
 
-def start_chat(state: ServerState, request: ChatRequest) -> ChatStream:
+def check_chat_limits(
+    state: ServerState, request: ChatRequest, *, messages_field: str = "messages"
+) -> None:
+    """The request-size limits of a chat prompt: messages, tools and their schemas."""
+    limits = limits_of(state.settings)
+    limits.check_messages(len(request.messages), messages_field)
+    tools = request.tools or []
+    limits.check_tools(len(tools))
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict):
+            limits.check_schema(function.get("parameters"), f"tools.{i}.parameters")
+
+
+def render_chat(
+    state: ServerState, request: ChatRequest, *, messages_field: str = "messages"
+) -> RenderedChat:
+    """The prompt a chat request renders to (for token counts), within the limits."""
+    check_chat_limits(state, request, messages_field=messages_field)
+    try:
+        return state.chat.render(request)
+    except LlamactlError as exc:
+        raise from_engine_error(exc) from exc
+
+
+def start_chat(
+    state: ServerState, request: ChatRequest, *, messages_field: str = "messages"
+) -> ChatStream:
     """Render and submit; engine errors become API errors before any byte is sent."""
     check_int_range("n", request.n, 1, state.engine.config.n_parallel)
+    check_chat_limits(state, request, messages_field=messages_field)
     try:
         return state.chat.start(request)
     except LlamactlError as exc:

@@ -22,11 +22,15 @@ from llamactl.engine.errors import (
     QueueFullError,
 )
 
+from .edge.allow import allowed_methods
+
 _TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
+    408: "timeout_error",
     413: "request_too_large_error",
     422: "unprocessable_entity_error",
     500: "server_error",
@@ -42,6 +46,7 @@ _ANTHROPIC_TYPES = {
     "permission_error": "permission_error",
     "not_found_error": "not_found_error",
     "request_too_large_error": "request_too_large",
+    "timeout_error": "timeout_error",
     "server_error": "api_error",
     "not_supported_error": "invalid_request_error",
     "unavailable_error": "overloaded_error",
@@ -103,9 +108,10 @@ def _validation_message(exc: RequestValidationError) -> str:
         loc = [str(x) for x in err.get("loc", ()) if x != "body"]
         msg = err.get("msg", "invalid value")
         if err.get("type") == "json_invalid":
-            parts.append(
-                f"Invalid JSON in the request body: {err.get('ctx', {}).get('error', msg)}"
-            )
+            detail = str(err.get("ctx", {}).get("error", msg))
+            if "surrogate" in detail or "hex escape" in detail:
+                detail += " (a \\u escape names half of a UTF-16 surrogate pair: not Unicode text)"
+            parts.append(f"Invalid JSON in the request body: {detail}")
         elif loc:
             parts.append(f"Field '{'.'.join(loc)}': {msg}")
         else:
@@ -130,9 +136,15 @@ def install_handlers(app) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else "error"
+        headers = dict(exc.headers or {})
         if exc.status_code == 404:
             message = f"File Not Found: {request.url.path}"
-        return error_response(request.url.path, exc.status_code, message)
+        elif exc.status_code == 405:
+            headers["Allow"] = allowed_methods(request.scope, request.app.router.routes)
+            message = f"Method Not Allowed: {request.method} {request.url.path}"
+        response = error_response(request.url.path, exc.status_code, message)
+        response.headers.update(headers)
+        return response
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -1,91 +1,69 @@
-"""ASGI middleware: request ids, the loading gate and API keys, for HTTP and websockets alike.
+"""The outer layers of the server and the router: request ids, the Host and Origin checks,
+the loading gate and API keys, body bounds. HTTP and websockets alike.
 
-Written as plain ASGI (not Starlette's BaseHTTPMiddleware) so a websocket handshake is refused
-with 401 before the upgrade, and streaming responses pass through untouched.
+Plain ASGI (not Starlette's BaseHTTPMiddleware) so a websocket handshake is refused before the
+upgrade, and streaming responses pass through untouched. The edge layers live in `.edge`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
-import json
 import logging
-import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .errors import error_body
-from .request_log import request_id_var
+from .edge.asgi import ASGIApp, Receive, Scope, Send, header, refuse
+from .edge.body import BodyLimitMiddleware, MiB
+from .edge.cors import CorsMiddleware
+from .edge.hosts import HostCheckMiddleware, HostPolicy
+from .edge.origins import OriginPolicy
+from .edge.request_id import RequestIdMiddleware
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+__all__ = [
+    "ASGIApp",
+    "GateMiddleware",
+    "PUBLIC_PATHS",
+    "Receive",
+    "Scope",
+    "Send",
+    "install_middleware",
+    "key_matches",
+    "presented_key",
+]
 
 log = logging.getLogger("llamactl.server")
 
 PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/"})
 
 
-def _header(scope: Scope, name: bytes) -> str:
-    for key, value in scope.get("headers", ()):
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return ""
-
-
 def presented_key(scope: Scope) -> str:
     """llama-server's rule: `Authorization` (a leading "Bearer " stripped); only when that
     header is empty, `X-Api-Key`."""
-    auth = _header(scope, b"authorization").strip()
+    auth = header(scope, b"authorization").strip()
     if auth:
         return auth[7:].strip() if auth[:7].lower() == "bearer " else auth
-    return _header(scope, b"x-api-key").strip()
+    return header(scope, b"x-api-key").strip()
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
 
 
 def key_matches(presented: str, keys: list[str]) -> bool:
-    """Constant-time comparison against every configured key (no early exit)."""
+    """Constant-time comparison against every configured key (no early exit). Digests are
+    compared, so that neither a key's content nor its length shows in the time taken."""
+    given = _digest(presented)
     ok = False
     for key in keys:
-        ok |= hmac.compare_digest(presented.encode(), key.encode())
+        ok |= hmac.compare_digest(given, _digest(key))
     return ok
-
-
-async def _refuse(
-    scope: Scope, receive: Receive, send: Send, status: int, message: str, type_: str
-) -> None:
-    body = json.dumps(error_body(scope["path"], status, message, type_)).encode()
-    if scope["type"] == "websocket":
-        # Deny the handshake with an HTTP response (ASGI websocket denial extension), falling
-        # back to a close before accept.
-        if "websocket.http.response" in scope.get("extensions", {}):
-            await send(
-                {
-                    "type": "websocket.http.response.start",
-                    "status": status,
-                    "headers": [(b"content-type", b"application/json; charset=utf-8")],
-                }
-            )
-            await send({"type": "websocket.http.response.body", "body": body})
-        else:
-            await send({"type": "websocket.close", "code": 1008})
-        return
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json; charset=utf-8"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 def _json_by_default(scope: Scope) -> Scope:
     """Bodies sent without a JSON content type (`curl -d '{...}'` sends a form type) are read
-    as JSON, as llama-server does; multipart uploads keep their type."""
-    ctype = _header(scope, b"content-type").lower()
+    as JSON, as llama-server does; multipart uploads keep their type. (A cross-site page
+    cannot use this to skip the CORS preflight: the Origin check refuses it first.)"""
+    ctype = header(scope, b"content-type").lower()
     if ctype.startswith(("application/json", "multipart/")) or "+json" in ctype:
         return scope
     headers = [(k, v) for k, v in scope.get("headers", ()) if k.lower() != b"content-type"]
@@ -94,7 +72,7 @@ def _json_by_default(scope: Scope) -> Scope:
 
 
 class GateMiddleware:
-    """Request id, 503 while loading, API keys. `state` is the app's ServerState."""
+    """503 while loading, then API keys. `state` is the app's ServerState (or RouterState)."""
 
     def __init__(self, app: ASGIApp, state: Any) -> None:
         self.app = app
@@ -104,21 +82,9 @@ class GateMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        request_id = _header(scope, b"x-request-id") or uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = request_id
-        request_id_var.set(request_id)
         path = scope["path"]
-
-        async def send_with_id(message: dict[str, Any]) -> None:
-            """Every response carries the id, refusals (401, 503) included."""
-            if message["type"] in ("http.response.start", "websocket.http.response.start"):
-                headers = list(message.get("headers", ()))
-                headers.append((b"x-request-id", request_id.encode()))
-                message = {**message, "headers": headers}
-            await send(message)
-
-        if scope.get("method") == "OPTIONS":  # CORS preflight: no key, no gate
-            await self.app(scope, receive, send_with_id)
+        if scope.get("method") == "OPTIONS":  # CORS preflights come before keys
+            await self.app(scope, receive, send)
             return
         if path not in PUBLIC_PATHS:
             if (
@@ -127,33 +93,43 @@ class GateMiddleware:
                 and not path.startswith(("/docs", "/openapi"))
             ):
                 message = self.state.load_error or "Loading model"
-                await _refuse(scope, receive, send_with_id, 503, message, "unavailable_error")
+                await refuse(scope, send, 503, message, "unavailable_error")
                 return
             keys = self.state.api_keys
             if keys and not key_matches(presented_key(scope), keys):
                 log.info("%s %s: invalid API key", scope.get("method", "WS"), path)
-                await _refuse(
-                    scope, receive, send_with_id, 401, "Invalid API Key", "authentication_error"
-                )
+                await refuse(scope, send, 401, "Invalid API Key", "authentication_error")
                 return
 
         if scope["type"] == "http" and scope.get("method") == "POST":
             scope = _json_by_default(scope)
 
-        await self.app(scope, receive, send_with_id)
+        await self.app(scope, receive, send)
+
+
+def _upload_max_bytes() -> int:
+    """File uploads may reach the transcription route's own limit (plus room for the form's
+    other fields) even when --max-body-size is smaller."""
+    from .openai_audio.routes import MAX_UPLOAD
+
+    return MAX_UPLOAD + MiB
 
 
 def install_middleware(app: Any, state: Any) -> None:
-    """The same outer layers for the single-model server and the router. Outermost first:
-    CORS answers preflights, then the gate (request ids, loading, API keys)."""
-    from fastapi.middleware.cors import CORSMiddleware
-
-    app.add_middleware(GateMiddleware, state=state)
+    """The same outer layers for the single-model server and the router, from `state.settings`.
+    Outermost first: request id (so every refusal carries it), Host check, Origin check and
+    CORS headers (refusals below carry them, so a page can read why), the gate (loading, API
+    keys), then the body bounds (so an unauthenticated client's body is never read)."""
+    settings = state.settings
+    # add_middleware wraps: the last one added is the outermost.
     app.add_middleware(
-        CORSMiddleware,
-        allow_origins=["*"],
-        allow_credentials=True,
-        allow_methods=["*"],
-        allow_headers=["*"],
-        expose_headers=["x-request-id"],
+        BodyLimitMiddleware,
+        max_bytes=settings.max_body_size * MiB,
+        upload_max_bytes=_upload_max_bytes(),
+        timeout=settings.body_timeout,
     )
+    app.add_middleware(GateMiddleware, state=state)
+    app.add_middleware(CorsMiddleware, policy=OriginPolicy(settings.cors_origins))
+    hosts = HostPolicy(settings.host, settings.allowed_hosts)
+    app.add_middleware(HostCheckMiddleware, policy=hosts)
+    app.add_middleware(RequestIdMiddleware)

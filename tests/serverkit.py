@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import uvicorn
 from llamactl.server.app import create_app
+from llamactl.server.edge.uvicorn_options import uvicorn_options
 
 from llamactl.config import load_settings
 
@@ -65,10 +66,17 @@ def run_server(**overrides: Any) -> Iterator[LiveServer]:
     overrides.setdefault("parallel", 4)
     overrides.setdefault("threads", 2)
     settings = hermetic_settings(overrides)
-    app = create_app(settings)
+    with serve_app(create_app(settings), settings) as live:
+        yield live
+
+
+@contextlib.contextmanager
+def serve_app(app: Any, settings: Any) -> Iterator[LiveServer]:
+    """Run `app` (the server's or the router's) on a free loopback port until /health is 200,
+    with the uvicorn options `llamactl serve` uses."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
+    options = uvicorn_options(settings, host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(uvicorn.Config(app, **options))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
@@ -81,7 +89,8 @@ def run_server(**overrides: Any) -> Iterator[LiveServer]:
             pass
         if time.monotonic() > deadline or not thread.is_alive():
             server.should_exit = True
-            raise RuntimeError(f"server did not become healthy: {app.state.llamactl.load_error}")
+            error = getattr(app.state.llamactl, "load_error", None)
+            raise RuntimeError(f"server did not become healthy: {error}")
         time.sleep(0.05)
     try:
         yield LiveServer(url, app)

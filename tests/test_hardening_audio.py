@@ -255,41 +255,8 @@ def _streams(live) -> int:
     return audio_service(live.app).live_streams
 
 
-@pytest.fixture(scope="module")
-def wide_frames():
-    """The server with uvicorn's websocket frame limit above 16 MiB (the serve command sets
-    it; serverkit keeps uvicorn's default), so the 15 MiB append can reach the session."""
-    import threading
-
-    import uvicorn
-    from llamactl.server.app import create_app
-    from serverkit import LiveServer, free_port, hermetic_settings
-
-    app = create_app(hermetic_settings({"parallel": 1, "threads": 2}))
-    port = free_port()
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", ws_max_size=32 * 1024 * 1024
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    try:
-        yield LiveServer(url, app)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-
-
-def test_realtime_the_documented_15_mib_append_is_accepted(wide_frames):
-    c = Realtime(wide_frames, "?intent=transcription")
+def test_realtime_the_documented_15_mib_append_is_accepted(live):
+    c = Realtime(live, "?intent=transcription")
     try:
         c.until("session.created")
         audio = np.zeros(15 * 1024 * 1024 // 2, "<i2").tobytes()

@@ -43,10 +43,12 @@ pytestmark = pytest.mark.slow
 EMBEDDED = embedded_model_path()
 
 # A child: the normal `llamactl serve`, plus /v1/echo (websocket) that echoes frames, answers
-# "whoami" with what it was asked for, and closes with the code in "close:<code>".
+# "whoami" with what it was asked for, and closes with the code in "close:<code>", and
+# /v1/headers (HTTP) that answers the headers it got.
 ECHO_CHILD = """
 import json, sys
 import llamactl.server.app as server_app
+from starlette.requests import Request
 from starlette.websockets import WebSocket
 
 _create_app = server_app.create_app
@@ -62,6 +64,7 @@ async def echo(ws: WebSocket):
             await ws.send_text(json.dumps({
                 "model": ws.query_params.get("model"),
                 "authorization": ws.headers.get("authorization"),
+                "headers": dict(ws.headers),
             }))
         elif text is not None and text.startswith("close:"):
             await ws.close(int(text[6:]), reason="asked to")
@@ -71,9 +74,13 @@ async def echo(ws: WebSocket):
         else:
             await ws.send_bytes(msg["bytes"])
 
+async def headers(request: Request):
+    return dict(request.headers)
+
 def create_app(*args, **kwargs):
     app = _create_app(*args, **kwargs)
     app.add_api_websocket_route("/v1/echo", echo)
+    app.add_api_route("/v1/headers", headers, methods=["GET", "POST"])
     return app
 
 server_app.create_app = create_app
@@ -207,6 +214,17 @@ def pid_of(router: Router, name: str) -> int:
     return router.models()[name]["runtime"]["pid"]
 
 
+def secret_of(router: Router, name: str) -> str:
+    """The key the model's child requires: known to the router only (and to tests)."""
+    child = router.app.state.llamactl.manager.states[name].child
+    assert child is not None, f"{name} is not loaded"
+    return child.secret
+
+
+def child_auth(router: Router, name: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret_of(router, name)}"}
+
+
 # ----------------------------------------------------------------------------- listing
 def test_lists_every_model_with_status_and_capabilities(router: Router) -> None:
     data = httpx.get(router.url + "/v1/models").json()
@@ -245,7 +263,9 @@ def test_routes_by_model_and_alias_to_children_with_their_own_settings(router: R
     assert (small["slots_total"], think["slots_total"]) == (2, 1)
     assert small["memory_bytes"] > 50_000_000  # the 98 MB model is mapped in
     # each child really runs its preset: 1024 positions over 2 slots for "small"
-    direct = httpx.get(f"http://127.0.0.1:{small['port']}/v1/models").json()["data"][0]
+    direct = httpx.get(
+        f"http://127.0.0.1:{small['port']}/v1/models", headers=child_auth(router, "small")
+    ).json()["data"][0]
     assert direct["id"] == "small" and direct["meta"]["n_ctx_slot"] == 512
 
 
@@ -400,8 +420,13 @@ def test_stream_is_relayed_as_generated(router: Router) -> None:
     assert last - first > 0.05, f"first event only {last - first:.3f} s before the end"
 
 
-def child_metrics(port: int) -> dict[str, float]:
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+def child_metrics(router: Router, model: str) -> dict[str, float]:
+    """The model's child's own /metrics (the router needs `metrics=True`), read on its port
+    with its secret."""
+    port = router.models()[model]["runtime"]["port"]
+    text = httpx.get(
+        f"http://127.0.0.1:{port}/metrics", headers=child_auth(router, model), timeout=10
+    ).text
     rows = (line.rsplit(" ", 1) for line in text.splitlines() if line and line[0] != "#")
     return {name: float(value) for name, value in rows}
 
@@ -416,25 +441,24 @@ def test_client_disconnect_stops_the_generation_in_the_child(router: Router) -> 
         "messages": [{"role": "user", "content": "Go on"}],
     }
     router.chat("small")  # loaded before its counters are read
-    port = router.models()["small"]["runtime"]["port"]
-    before = child_metrics(port)["llamactl:tokens_predicted_total"]
+    before = child_metrics(router, "small")["llamactl:tokens_predicted_total"]
     with httpx.stream("POST", router.url + "/v1/chat/completions", json=body, timeout=60) as r:
         events = (line for line in r.iter_lines() if line.startswith("data: "))
         next(events), next(events)  # tokens are coming: the child's slot is busy
         assert router.models()["small"]["runtime"]["requests"] == 1
-        assert child_metrics(port)["llamactl:requests_processing"] == 1
+        assert child_metrics(router, "small")["llamactl:requests_processing"] == 1
     # the client is gone: the router's request ends, and so does the child's generation
     deadline = time.monotonic() + 10
     while (
         router.models()["small"]["runtime"]["requests"]
-        or child_metrics(port)["llamactl:requests_processing"]
+        or child_metrics(router, "small")["llamactl:requests_processing"]
     ):
         assert time.monotonic() < deadline, "the child's slot is still busy"
         time.sleep(0.05)
-    generated = child_metrics(port)["llamactl:tokens_predicted_total"] - before
+    generated = child_metrics(router, "small")["llamactl:tokens_predicted_total"] - before
     assert generated < max_tokens, "the child generated the whole answer for nobody"
     time.sleep(0.3)
-    assert child_metrics(port)["llamactl:tokens_predicted_total"] - before == generated
+    assert child_metrics(router, "small")["llamactl:tokens_predicted_total"] - before == generated
 
 
 # ----------------------------------------------------------------------------- websockets
@@ -446,8 +470,10 @@ def test_websocket_is_proxied_both_ways_with_close_codes(router: Router) -> None
         ws.send(b"\x00\x01binary")
         assert ws.recv(timeout=10) == b"\x00\x01binary"
         ws.send("whoami")
-        # the alias reaches the child as the model's own name
-        assert json.loads(ws.recv(timeout=10)) == {"model": "small", "authorization": None}
+        # the alias reaches the child as the model's own name, with the child's own secret
+        seen = json.loads(ws.recv(timeout=10))
+        assert seen["model"] == "small"
+        assert seen["authorization"] == f"Bearer {secret_of(router, 'small')}"
         ws.send("close:4001")
         with pytest.raises(ConnectionClosed):
             ws.recv(timeout=10)
@@ -584,20 +610,23 @@ def test_keys_are_checked_by_the_router_only(tmp_path: Path) -> None:
         assert httpx.get(router.url + "/models").status_code == 401
         assert router.chat("small", headers={"X-Api-Key": KEY}).status_code == 200
         runtime = router.models(**auth)["small"]["runtime"]
-        # the child is keyless and bound to loopback; the key never reaches it
-        direct = httpx.post(
-            f"http://127.0.0.1:{runtime['port']}/v1/chat/completions",
-            json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
-            timeout=60,
-        )
-        assert direct.status_code == 200
+        # the child is bound to loopback and takes only its own secret, not the client's key
+        for headers in ({}, auth):
+            direct = httpx.post(
+                f"http://127.0.0.1:{runtime['port']}/v1/chat/completions",
+                json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
+                headers=headers,
+                timeout=60,
+            )
+            assert direct.status_code == 401
         ws_url = router.url.replace("http://", "ws://") + "/v1/echo?model=small"
         with pytest.raises(InvalidStatus) as err:
             ws_connect(ws_url)
         assert err.value.response.status_code == 401
         with ws_connect(ws_url, additional_headers=auth) as ws:
             ws.send("whoami")
-            assert json.loads(ws.recv(timeout=10))["authorization"] is None
+            got = json.loads(ws.recv(timeout=10))["authorization"]
+            assert got == f"Bearer {secret_of(router, 'small')}" != auth["Authorization"]
         result = CliRunner().invoke(cli_app, ["ps", "--url", router.url, "--api-key", KEY])
         assert result.exit_code == 0 and "small" in result.output
 

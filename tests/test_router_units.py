@@ -4,21 +4,38 @@ environment and how a request names its model."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import time
 from pathlib import Path
 
 import pytest
+from llamactl.server import precheck
+from llamactl.server.precheck import PRECHECK_BYTES
+from llamactl.server.router import upstream
 from llamactl.server.router.catalog import build_catalog
-from llamactl.server.router.command import child_argv, child_env
+from llamactl.server.router.command import child_argv, child_env, new_secret
 from llamactl.server.router.preset import read_preset
+from llamactl.server.router.proxy import (
+    downstream_headers,
+    request_target,
+    sse_error_event,
+    unsafe_header,
+    upstream_headers,
+)
 from llamactl.server.router.selection import (
+    BodyModel,
     autoload_for,
+    body_model,
+    form_model_span,
+    locate_model,
+    model_member,
     query_params,
     rename_model,
     requested_model,
     with_query_model,
 )
-from llamactl.server.router.upstream import ConnectFailed, Pool
+from llamactl.server.router.upstream import ConnectFailed, Pool, UpstreamError
 from serverkit import free_port, hermetic_settings
 
 from llamactl.engine.errors import ConfigError
@@ -156,7 +173,7 @@ def test_models_dir_pairs_projectors_as_llama_server_does(tmp_path: Path) -> Non
     assert solo.extra == {"mmproj": str(models / "mmproj-solo.gguf")}
     assert solo.projector_capabilities == ()  # unreadable: the child says why when it loads
     # the projector reaches the child as the preset's `mmproj` does
-    env = child_env(hermetic_settings({}), gemma, base={})
+    env = child_env(hermetic_settings({}), gemma, "s", base={})
     assert env["LLAMACTL_MMPROJ"] == str(models / "gemma" / "mmproj-F16.gguf")
     # a chat model takes text only (speech is transcribed), whatever projector it has
     assert gemma.input_modalities == ["text"] and gemma.output_modalities == ["text"]
@@ -196,16 +213,20 @@ def test_missing_preset_model_is_listed_with_its_error(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- children
-def test_child_runs_keyless_from_the_routers_settings(tmp_path: Path) -> None:
+def test_child_runs_with_its_own_secret_from_the_routers_settings(tmp_path: Path) -> None:
     path = preset(tmp_path, f'[a]\nmodel = "{EMBEDDED}"\nparallel = 1\nmmproj = "p.gguf"\n')
     settings = hermetic_settings(
         {"models_preset": str(path), "api_key": ["k"], "threads": 3, "temperature": 0.5}
     )
     (spec,) = build_catalog(settings, None)
     inherited = {"PATH": "/bin", "LLAMACTL_API_KEY": "leak", "LLAMACTL_API_KEY_FILE": "/k"}
-    env = child_env(settings, spec, inherited)
+    secret = new_secret()
+    assert len(secret) >= 43 and secret != new_secret() and "," not in secret
+    env = child_env(settings, spec, secret, inherited)
     assert env["PATH"] == "/bin" and env["LLAMACTL_CONFIG"] == os.devnull
-    assert not any("API_KEY" in k for k in env)
+    # neither the router's key nor the inherited ones: the child's own secret only
+    assert [k for k in env if "API_KEY" in k] == ["LLAMACTL_API_KEY"]
+    assert env["LLAMACTL_API_KEY"] == secret
     assert env["LLAMACTL_PARALLEL"] == "1" and env["LLAMACTL_THREADS"] == "3"
     assert env["LLAMACTL_TEMPERATURE"] == "0.5" and env["LLAMACTL_KV_UNIFIED"] == "false"
     assert env["LLAMACTL_MMPROJ"] == "p.gguf"
@@ -213,6 +234,7 @@ def test_child_runs_keyless_from_the_routers_settings(tmp_path: Path) -> None:
     argv = child_argv(spec, 4242, ("py", "-m", "llamactl"))
     assert argv[:4] == ["py", "-m", "llamactl", "serve"]
     assert argv[argv.index("--host") + 1] == "127.0.0.1" and "--api-key" not in argv
+    assert not any(secret in a for a in argv)
     assert argv[argv.index("--alias") + 1] == "a" and argv[argv.index("--port") + 1] == "4242"
 
 
@@ -237,14 +259,79 @@ def test_the_model_is_read_from_json_form_or_query() -> None:
 
 
 def test_aliases_are_renamed_for_the_child() -> None:
-    renamed = rename_model("application/json", b'{"model": "tiny", "n": 1}', "small")
-    assert renamed == b'{"model": "small", "n": 1}'
-    form = rename_model("multipart/form-data; boundary=XyZ", FORM, "small")
+    def renamed(ctype: str, body: bytes) -> bytes:
+        found = body_model(ctype, body)
+        assert found is not None
+        return rename_model(body, found, "small")
+
+    # only the value changes: the rest of the body stays as the client wrote it
+    assert renamed("application/json", b'{"n":1,\n "model" : "tiny" }') == (
+        b'{"n":1,\n "model" : "small" }'
+    )
+    assert renamed("application/json", '{"x": "é", "model": "tiny"}'.encode()) == (
+        '{"x": "é", "model": "small"}'.encode()
+    )
+    form = renamed("multipart/form-data; boundary=XyZ", FORM)
     assert b'name="model"\r\n\r\nsmall\r\n' in form and b"RIFF....\r\n" in form
     assert with_query_model(b"model=tiny&intent=transcription", "small") == (
         b"model=small&intent=transcription"
     )
     assert with_query_model(b"intent=x", "small") == b"intent=x"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b'{"model": "a"}', ("a", 10, 13)),
+        (b' { "x" : [1, {"model": "inner"}], "model":"b" } ', ("b", 42, 45)),
+        (b'{"model": "a", "model": "last"}', ("last", 24, 30)),  # as json.loads
+        ('{"é": 1, "model": "ü"}'.encode(), ("ü", 19, 23)),  # byte offsets
+        (b'{"model": "a\\u00e9"}', ("a\u00e9", 10, 19)),
+        (b'{"model": ""}', None),
+        (b'{"model": 5}', None),
+        (b'["model", "a"]', None),
+        (b'{"model": "a"} trailing', None),
+        (b'{"model": "a",}', None),
+        (b'{"model": "a"', None),
+        (b"\xff\xfe{}", None),
+        (b'{"a": ' + b"[" * 200_000 + b"]" * 200_000 + b', "model": "a"}', None),
+        (b"", None),
+    ],
+)
+def test_the_json_scan_finds_the_top_level_model(body: bytes, expected) -> None:
+    assert model_member(body) == expected
+    if expected:  # the span is the value's JSON literal
+        assert json.loads(body[expected[1] : expected[2]]) == expected[0]
+
+
+def test_large_json_bodies_are_scanned_off_the_event_loop() -> None:
+    messages = [{"role": "user", "content": f"message {i}"} for i in range(60_000)]
+    body = json.dumps({"messages": messages, "model": "tiny"}).encode()
+    assert len(body) > PRECHECK_BYTES
+
+    async def main() -> tuple[BodyModel | None, int, BodyModel | None]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.001)
+                ticks += 1
+
+        task = asyncio.create_task(ticker())
+        found = await locate_model("application/json", body)
+        task.cancel()
+        bad = await locate_model("application/json", b"[" * (PRECHECK_BYTES + 1))
+        return found, ticks, bad
+
+    try:
+        found, ticks, bad = asyncio.run(main())
+    finally:
+        precheck.shutdown()
+    assert found is not None and found.name == "tiny" and found.json
+    assert body[found.start : found.end] == b'"tiny"'
+    assert ticks > 1  # the loop kept turning while the body was scanned
+    assert bad is None
 
 
 def test_autoload_query_overrides_the_default() -> None:
@@ -255,7 +342,7 @@ def test_autoload_query_overrides_the_default() -> None:
 
 
 # ----------------------------------------------------------------------------- upstream client
-def test_upstream_reads_chunked_and_sized_bodies_and_retries_stale_connections() -> None:
+def test_upstream_reads_chunked_and_sized_bodies_and_skips_stale_connections() -> None:
     async def main() -> None:
         seen: list[bytes] = []
 
@@ -293,16 +380,166 @@ def test_upstream_reads_chunked_and_sized_bodies_and_retries_stale_connections()
         # whole chunks are passed on as soon as they are in; those read together, together
         assert b"".join([chunk async for chunk in resp.body()]) == b"hello world!"
         resp.close()
+        await asyncio.sleep(0.05)  # the server's close is in: that connection is not reused
         resp = await pool.request("GET", "/big", [], b"")
         got = b"".join([chunk async for chunk in resp.body()])
         assert got == b"abc" + bytes(range(256)) * 4096
         resp.close()
+        await asyncio.sleep(0.05)
         resp = await pool.request("POST", "/sized", [], b"{}")
         assert resp.status == 201 and b"".join([c async for c in resp.body()]) == b"{}ok"
+        assert resp.length == 4
         resp.close()
         assert b"x-a: 1\r\n" in seen[0] and b"content-length: 2\r\n" in seen[-1]
+        assert len(seen) == 3  # each request sent once
         server.close()
         with pytest.raises(ConnectFailed):
             await Pool("127.0.0.1", free_port()).request("GET", "/", [], b"")
 
     asyncio.run(main())
+
+
+def test_upstream_never_sends_a_request_twice() -> None:
+    """A connection that breaks after the request was written is an UpstreamError (maybe
+    seen), not ConnectFailed (never sent), and is not retried, pooled or fresh."""
+
+    async def main() -> None:
+        heads: list[bytes] = []
+        connections = 0
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal connections
+            connections += 1
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.IncompleteReadError:
+                    break
+                heads.append(head)
+                if b"/die" in head:  # it got the request, then went away without answering
+                    break
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        pool = Pool("127.0.0.1", server.sockets[0].getsockname()[1])
+        for path in ("/ok", "/die"):  # the second goes out on the pooled connection
+            try:
+                resp = await pool.request("GET", path, [], b"")
+            except UpstreamError as e:
+                assert not isinstance(e, ConnectFailed) and path == "/die"
+                continue
+            assert b"".join([c async for c in resp.body()]) == b"ok"
+            resp.close()
+        with pytest.raises(UpstreamError) as err:  # a fresh connection: the same
+            await pool.request("GET", "/die", [], b"")
+        assert not isinstance(err.value, ConnectFailed)
+        assert [h.split(b" ")[1] for h in heads] == [b"/ok", b"/die", b"/die"]
+        assert connections == 2
+        server.close()
+
+    asyncio.run(main())
+
+
+def test_idle_connections_are_reused_only_briefly(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def main() -> list[int]:
+        peers: list[int] = []
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while True:
+                try:
+                    await reader.readuntil(b"\r\n\r\n")
+                except asyncio.IncompleteReadError:
+                    break
+                peers.append(writer.get_extra_info("peername")[1])
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        pool = Pool("127.0.0.1", server.sockets[0].getsockname()[1])
+        for idle in (2.0, 2.0, 0.0, 0.0):
+            monkeypatch.setattr(upstream, "MAX_IDLE_SECONDS", idle)
+            resp = await pool.request("GET", "/", [], b"")
+            [c async for c in resp.body()]
+            resp.close()
+        server.close()
+        return peers
+
+    peers = asyncio.run(main())
+    # reused while young; with no idle time allowed every request has a new connection
+    assert peers[0] == peers[1] and len({peers[1], peers[2], peers[3]}) == 3
+
+
+# ----------------------------------------------------------------------------- proxy headers
+def test_headers_to_the_child_carry_its_secret_and_the_routers_request_id() -> None:
+    scope = {
+        "headers": [
+            (b"host", b"router:8080"),
+            (b"authorization", b"Bearer client-key"),
+            (b"x-api-key", b"client-key"),
+            (b"origin", b"http://localhost:3000"),
+            (b"x-request-id", b"forged\tline"),
+            (b"x-forwarded-for", b"10.9.9.9"),
+            (b"connection", b"keep-alive, X-Hop"),
+            (b"x-hop", b"1"),
+            (b"transfer-encoding", b"chunked"),
+            (b"content-length", b"5"),
+            (b"x-custom", b"kept"),
+        ],
+        "state": {"request_id": "abc123"},
+        "client": ("127.0.0.1", 5555),
+    }
+    assert upstream_headers(scope, "s3cret") == [
+        (b"x-custom", b"kept"),
+        (b"x-request-id", b"abc123"),
+        (b"x-forwarded-for", b"127.0.0.1"),
+        (b"authorization", b"Bearer s3cret"),
+    ]
+    child = [(b"content-type", b"text/plain"), (b"connection", b"x-hop"), (b"x-hop", b"1")]
+    assert downstream_headers(child) == [(b"content-type", b"text/plain")]
+    assert unsafe_header([(b"x-ok", b"fine"), (b"x-bad", b"a\r\nb: c")]) == "x-bad"
+    assert unsafe_header([(b"x-nul", b"a\0b")]) == "x-nul"
+    assert unsafe_header([(b"x-ok", b"fine \t tab")]) is None
+    assert request_target({"path": "/v1/a b", "raw_path": b"/v1/a b"}) is None
+    assert request_target({"path": "/v1/x", "raw_path": b"/v1/x", "query_string": b"a=1"}) == (
+        "/v1/x?a=1"
+    )
+
+
+def test_multipart_model_is_found_in_linear_time() -> None:
+    ctype = "multipart/form-data; boundary=XyZ"
+    assert form_model_span('multipart/form-data; boundary="XyZ"', FORM) is not None
+    assert requested_model({}, "multipart/form-data", FORM) is None  # no boundary
+    # bodies that made the old pattern backtrack for minutes (quadratic in their size)
+    crafted = [
+        b"content-disposition:" * 200_000,
+        b'Content-Disposition: form-data; name="model"' * 100_000,
+        b"--XyZ\r\n" * 500_000,
+        b'--XyZ\r\nContent-Disposition: form-data; name="x"\r\n\r\n' * 100_000,
+    ]
+    t0 = time.monotonic()
+    for body in crafted:
+        assert requested_model({"model": "q"}, ctype, body) == "q"
+    assert time.monotonic() - t0 < 10  # the old pattern: minutes for the first alone
+
+
+def test_a_stream_cut_off_ends_with_its_apis_error_event() -> None:
+    chat = sse_error_event("/v1/chat/completions", "gone")
+    assert chat.startswith(b"data: ") and chat.endswith(b"\n\n")
+    assert json.loads(chat[6:])["error"] == {"code": 502, "message": "gone", "type": "server_error"}
+    name, data = sse_error_event("/v1/messages", "gone").decode().split("\n")[:2]
+    assert name == "event: error"
+    assert json.loads(data[6:]) == {
+        "type": "error",
+        "error": {"type": "api_error", "message": "gone"},
+    }
+    name, data = sse_error_event("/v1/responses", "gone").decode().split("\n")[:2]
+    assert name == "event: error"
+    assert json.loads(data[6:]) == {
+        "type": "error",
+        "code": "server_error",
+        "message": "gone",
+        "param": None,
+    }

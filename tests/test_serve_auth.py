@@ -18,6 +18,9 @@ from serverkit import LiveServer, hermetic_settings, run_server
 from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
+from llamactl.config import load_settings
+from llamactl.engine.errors import ConfigError
+
 HI = [{"role": "user", "content": "Hi"}]
 INVALID = "Invalid API Key"
 KEY_FILE = "# keys for the team\n\n  # an indented comment\nk3\n"
@@ -156,28 +159,60 @@ def test_anthropic_sdk(keyed: LiveServer, monkeypatch: pytest.MonkeyPatch) -> No
 
 
 # ------------------------------------------------------------------------------------ CORS
+PAGE = "http://localhost:5173"  # a local development page: an allowed origin by default
+
+
 def test_cors_preflight_needs_no_key(keyed: LiveServer) -> None:
     r = httpx.options(
         keyed.v1 + "/chat/completions",
         headers={
-            "Origin": "http://example.com",
+            "Origin": PAGE,
             "Access-Control-Request-Method": "POST",
             "Access-Control-Request-Headers": "authorization, content-type",
         },
         timeout=10,
     )
     assert r.status_code == 200
-    assert r.headers["access-control-allow-origin"] == "http://example.com"
+    assert r.headers["access-control-allow-origin"] == PAGE
     assert r.headers["access-control-allow-credentials"] == "true"
     assert "POST" in r.headers["access-control-allow-methods"]
     assert "authorization" in r.headers["access-control-allow-headers"].lower()
 
 
 def test_a_browser_can_read_the_refusal(keyed: LiveServer) -> None:
-    r = httpx.get(keyed.v1 + "/models", headers={"Origin": "http://example.com"}, timeout=10)
+    r = httpx.get(keyed.v1 + "/models", headers={"Origin": PAGE}, timeout=10)
     assert r.status_code == 401
-    assert r.headers["access-control-allow-origin"] == "http://example.com"
+    assert r.headers["access-control-allow-origin"] == PAGE
     assert "x-request-id" in r.headers["access-control-expose-headers"].lower()
+
+
+def test_a_foreign_origin_is_refused_before_the_key(keyed: LiveServer) -> None:
+    """Even with the right key: a page elsewhere may not use the user's browser session."""
+    headers = {"Origin": "https://evil.example", "Authorization": "Bearer k1"}
+    r = httpx.get(keyed.v1 + "/models", headers=headers, timeout=10)
+    assert r.status_code == 403
+    assert r.json()["error"]["type"] == "permission_error"
+
+
+# ------------------------------------------------------------------------ keys in the logs
+def test_keys_are_never_logged(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Accepted and refused keys, from the flag and the file, at debug level: none of them
+    is printed by the server, uvicorn's access lines included."""
+    key_file = tmp_path / "keys.txt"
+    key_file.write_text("file-secret-4242\n")
+    caplog.set_level("DEBUG")
+    with run_server(api_key=["flag-secret-1717"], api_key_file=key_file, parallel=1) as live:
+        for key in ("flag-secret-1717", "file-secret-4242", "wrong-secret-9999"):
+            httpx.get(live.v1 + "/models", headers={"Authorization": f"Bearer {key}"})
+            httpx.get(live.v1 + "/models", headers={"X-Api-Key": key})
+        assert "flag-secret-1717" not in repr(live.state.settings)
+    out, err = capfd.readouterr()
+    logged = out + err + caplog.text
+    assert "invalid API key" in caplog.text  # the refusal is logged, without the key
+    for key in ("flag-secret-1717", "file-secret-4242", "wrong-secret-9999"):
+        assert key not in logged
 
 
 # ------------------------------------------------------------------------------- websockets
@@ -211,14 +246,17 @@ def test_websocket_handshake_without_key_is_refused(keyed: LiveServer, path: str
 def keyed_app(tmp_path_factory: pytest.TempPathFactory):
     """The app with keys but no model: the gate runs before any route, so no model is needed
     to see how it treats a websocket handshake (TestClient speaks the ASGI websocket denial
-    extension, which the live server's h11 stack does not)."""
+    extension, and reports the denial's status and body)."""
     settings = hermetic_settings({"api_key": ["k1"]})
     return create_app(settings, model_path=Path(tmp_path_factory.mktemp("m")) / "none.gguf")
 
 
 def test_websocket_denial_is_a_401_response(keyed_app) -> None:
     client = TestClient(keyed_app)
-    with pytest.raises(WebSocketDenialResponse) as denied, client.websocket_connect("/v1/realtime"):
+    with (
+        pytest.raises(WebSocketDenialResponse) as denied,
+        client.websocket_connect("ws://localhost/v1/realtime"),
+    ):
         pass
     assert denied.value.status_code == 401
     assert denied.value.headers["x-request-id"]
@@ -229,28 +267,40 @@ def test_websocket_with_a_key_passes_the_gate(keyed_app) -> None:
     """With the key the handshake gets past the gate to routing; a path with no websocket
     route then closes the socket: a close, not a 401."""
     client = TestClient(keyed_app)
-    connect = client.websocket_connect("/no-such-socket", headers={"X-Api-Key": "k1"})
+    connect = client.websocket_connect("ws://localhost/no-such-socket", headers={"X-Api-Key": "k1"})
     with pytest.raises(WebSocketDisconnect), connect as ws:
         ws.receive_text()
 
 
+def test_a_bad_key_setting_is_reported_without_its_value(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("api_key = 98765\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings({}, config_path=config)
+    assert "api_key" in str(err.value) and "98765" not in str(err.value)
+
+
 # ------------------------------------------------------------------------------ unit level
 def test_key_matches_compares_against_every_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No early exit on the first match: the time taken does not tell which key matched."""
-    calls: list[bytes] = []
+    """No early exit on the first match: the time taken does not tell which key matched. The
+    compared values are digests of one length, so it does not tell a key's length either."""
+    calls: list[tuple[bytes, bytes]] = []
     real = middleware.hmac.compare_digest
 
     def counting(a: bytes, b: bytes) -> bool:
-        calls.append(b)
+        calls.append((a, b))
         return real(a, b)
 
     monkeypatch.setattr(middleware.hmac, "compare_digest", counting)
-    keys = ["k1", "k2", "k3"]
+    keys = ["k1", "k2", "a-much-longer-key"]
     assert middleware.key_matches("k1", keys)
-    assert calls == [b"k1", b"k2", b"k3"]
+    assert len(calls) == 3
+    assert {len(a) for a, _ in calls} | {len(b) for _, b in calls} == {32}
     calls.clear()
     assert not middleware.key_matches("nope", keys)
     assert len(calls) == 3
+    assert middleware.key_matches("a-much-longer-key", keys)
+    assert not middleware.key_matches("k1 ", keys)
     assert not middleware.key_matches("", [])
 
 

@@ -94,6 +94,9 @@ def test_models_shape_with_alias(small: LiveServer) -> None:
 
 
 # --------------------------------------------------------------------------------- loading
+LOOPBACK = "http://localhost"  # TestClient's default Host, testserver, fails the Host check
+
+
 def gated_app(factory, **overrides: Any):
     settings = hermetic_settings({"parallel": 1, "threads": 2, **overrides})
     state = ServerState(settings, embedded_model_path(), engine_factory=factory)
@@ -108,7 +111,7 @@ def test_every_route_answers_503_while_loading() -> None:
         return _default_engine(state)
 
     app, state = gated_app(slow_factory, metrics=True)
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOOPBACK) as client:
         try:
             for path in ("/health", "/v1/health", "/v1/models", "/metrics"):
                 r = client.get(path, headers={"X-Request-Id": "load-1"})
@@ -138,7 +141,7 @@ def test_a_model_that_fails_to_load(tmp_path: Path) -> None:
     broken.write_bytes(b"not a gguf file at all" * 10)
     settings = hermetic_settings({"parallel": 1, "threads": 1, "api_key": ["k"]})
     app = create_app(settings, model_path=broken)
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOOPBACK) as client:
         app.state.llamactl.wait_loaded(60)
         health = client.get("/health")
         assert health.status_code == 503

@@ -24,6 +24,7 @@ from openai import OpenAI
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from serverkit import run_server
 
+from llamactl.config import Settings
 from llamactl.engine.types import (
     ContentDelta,
     Done,
@@ -737,8 +738,9 @@ def test_unit_error_mid_stream_is_one_event():
 def test_unit_params():
     assert params.token_limit("max_tokens", None, 7) == 7
     assert params.token_limit("max_tokens", -1, 7) is None
-    assert params.stop_strings("x") == ("x",)
-    assert params.stop_strings(["a", "", "b"] + ["c"] * 10) == ("a", "b", *["c"] * 10)
+    state = SimpleNamespace(settings=Settings())
+    assert params.stop_strings(state, "x") == ("x",)
+    assert params.stop_strings(state, ["a", "", "b"] + ["c"] * 10) == ("a", "b", *["c"] * 10)
     assert params.check_top_logprobs(True, None) == 0
     assert params.check_top_logprobs(False, None) is None
     parent, child = done(0, prompt_n=10), done(1, prompt_n=0)

@@ -8,6 +8,7 @@ and joins the thread.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import threading
@@ -22,6 +23,7 @@ from llamactl.paths import state_dir
 from .errors import LocalServerError
 
 LOG_NAME = "tui-server.log"
+HOST = "127.0.0.1"
 
 
 def log_path() -> Path:
@@ -47,28 +49,30 @@ class LocalServer:
     def start(self, timeout: float = 300.0) -> str:
         import uvicorn
         from llamactl.server.app import create_app
+        from llamactl.server.edge.uvicorn_options import uvicorn_options
 
         self._log_to_file()
-        self.app = create_app(self.settings, model_path=self.model_path)
+        # It listens on loopback whatever `host` says, and its Host check must know that.
+        settings = dataclasses.replace(self.settings, host=HOST)
+        self.app = create_app(settings, model_path=self.model_path)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((HOST, 0))
         port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            self.app,
-            host="127.0.0.1",
+        options = uvicorn_options(
+            settings,
             port=port,
             log_config=None,  # keep the root logger's file handler; nothing on the terminal
             log_level="warning",
             access_log=False,
-            lifespan="on",
             timeout_graceful_shutdown=2,
         )
+        config = uvicorn.Config(self.app, **options)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, name="tui-server", daemon=True
         )
         self._thread.start()
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"http://{HOST}:{port}"
         self._wait_ready(timeout)
         return self.url
 

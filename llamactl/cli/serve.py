@@ -16,6 +16,8 @@ _MODEL = "Model and engine"
 _ROUTER = "Router: many models, one child process each"
 _CACHE = "Prompt cache and checkpoints"
 _SPEC = "Speculative decoding"
+_EDGE = "HTTP edge: origins, hosts, body limits"
+_LIMITS = "Request limits (docs/serve.md, Request limits)"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 EPILOG = """
@@ -225,6 +227,93 @@ def serve_command(
         bool | None,
         typer.Option("--metrics", help="Serve Prometheus /metrics.", rich_help_panel=_SERVER),
     ] = None,
+    # HTTP edge: who may call and how much a request may send (docs/serve.md, Security)
+    cors_origins: Annotated[
+        str | None,
+        typer.Option(
+            "--cors-origins",
+            help="Web origins allowed to call, comma-separated: localhost (pages on this "
+            "machine), * (any) or scheme://host[:port] [localhost].",
+            rich_help_panel=_EDGE,
+        ),
+    ] = None,
+    allowed_hosts: Annotated[
+        str | None,
+        typer.Option(
+            "--allowed-hosts",
+            help="Host names answered besides loopback ones, comma-separated; * answers any "
+            "[none: loopback names only when bound to loopback].",
+            rich_help_panel=_EDGE,
+        ),
+    ] = None,
+    max_body_size: Annotated[
+        int | None,
+        typer.Option(
+            "--max-body-size",
+            help="Largest request body in MiB; 413 past it [32].",
+            rich_help_panel=_EDGE,
+        ),
+    ] = None,
+    body_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--body-timeout",
+            help="Seconds to receive a whole request body; 408 past it [60].",
+            rich_help_panel=_EDGE,
+        ),
+    ] = None,
+    max_messages: Annotated[
+        int | None,
+        typer.Option(
+            "--max-messages",
+            help="Most chat messages / Responses input items per request [4096].",
+            rich_help_panel=_LIMITS,
+        ),
+    ] = None,
+    max_stop_strings: Annotated[
+        int | None,
+        typer.Option(
+            "--max-stop-strings",
+            help="Most stop strings per request [32].",
+            rich_help_panel=_LIMITS,
+        ),
+    ] = None,
+    max_stop_length: Annotated[
+        int | None,
+        typer.Option(
+            "--max-stop-length",
+            help="Longest stop string, in characters [512].",
+            rich_help_panel=_LIMITS,
+        ),
+    ] = None,
+    max_tools: Annotated[
+        int | None,
+        typer.Option("--max-tools", help="Most tools per request [128].", rich_help_panel=_LIMITS),
+    ] = None,
+    max_schema_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-schema-bytes",
+            help="Largest JSON schema or GBNF grammar, in bytes [262144].",
+            rich_help_panel=_LIMITS,
+        ),
+    ] = None,
+    max_schema_depth: Annotated[
+        int | None,
+        typer.Option(
+            "--max-schema-depth",
+            help="Deepest nesting in a JSON schema [64].",
+            rich_help_panel=_LIMITS,
+        ),
+    ] = None,
+    max_json_values: Annotated[
+        int | None,
+        typer.Option(
+            "--max-json-values",
+            help="Most JSON values in a body over 1 MiB; 413 past it [262144].",
+            rich_help_panel=_LIMITS,
+        ),
+    ] = None,
     models_dir: Annotated[
         Path | None,
         typer.Option(
@@ -317,6 +406,17 @@ def serve_command(
             "models_max": models_max,
             "models_autoload": models_autoload,
             "sleep_idle_seconds": sleep_idle_seconds,
+            "cors_origins": _split_list(cors_origins),
+            "allowed_hosts": _split_list(allowed_hosts),
+            "max_body_size": max_body_size,
+            "body_timeout": body_timeout,
+            "max_messages": max_messages,
+            "max_stop_strings": max_stop_strings,
+            "max_stop_length": max_stop_length,
+            "max_tools": max_tools,
+            "max_schema_bytes": max_schema_bytes,
+            "max_schema_depth": max_schema_depth,
+            "max_json_values": max_json_values,
         }
     )
     if models_dir is not None or settings.models_preset is not None:
@@ -338,7 +438,7 @@ def serve_command(
         f"[cyan]http://{settings.host}:{settings.port}/v1[/] "
         f"({settings.parallel} slots{', API keys required' if app.state.llamactl.api_keys else ''})"
     )
-    _run(app, settings.host, settings.port, log_level)
+    _run(app, settings, log_level)
 
 
 def _split_list(text: str | None) -> list[str] | None:
@@ -357,10 +457,10 @@ def _serve_router(settings, scan_dir: bool, log_level: str) -> None:
         f"(at most {settings.models_max or 'any number'} loaded"
         f"{', API keys required' if state.api_keys else ''})"
     )
-    _run(app, settings.host, settings.port, log_level)
+    _run(app, settings, log_level)
 
 
-def _run(app, host: str, port: int, log_level: str) -> None:
+def _run(app, settings, log_level: str) -> None:
     """`uvicorn.run`, except that a stop signal also ends the generations in flight at once:
     their clients get a final error event instead of a connection cut after the 5 s grace
     period (with a CancelledError traceback in the log), and the exit code is 0."""
@@ -369,6 +469,7 @@ def _run(app, host: str, port: int, log_level: str) -> None:
 
     import uvicorn
 
+    from llamactl.server.edge.uvicorn_options import uvicorn_options
     from llamactl.server.request_log import uvicorn_log_config
 
     state = app.state.llamactl
@@ -385,14 +486,10 @@ def _run(app, host: str, port: int, log_level: str) -> None:
                 with contextlib.suppress(RuntimeError):  # no loop yet: nothing is generating
                     asyncio.get_running_loop().call_soon_threadsafe(stop_generating)
 
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_config=uvicorn_log_config(log_level),
-        log_level=log_level,
-        timeout_graceful_shutdown=5,
+    options = uvicorn_options(
+        settings, log_config=uvicorn_log_config(log_level), log_level=log_level
     )
+    config = uvicorn.Config(app, **options)
     server = Server(config)
     _exit_quietly_after_signals()
     server.run()  # a port in use or a failed startup exits with uvicorn's code 3

@@ -26,7 +26,7 @@ from .chat import (
 )
 from .chat.spans import message_delimiters, tokenize_delimiters, user_starts
 from .engine import Engine, GenerationRequest, ReasoningSpec
-from .errors import InvalidRequestError
+from .errors import ContextLengthError, InvalidRequestError
 from .stream import GenerationStream
 from .types import (
     ChatEvent,
@@ -90,7 +90,9 @@ class ChatModel:
             lambda t: model.tokenize(t, add_special=False, parse_special=True),
         )
 
-    def render(self, req: ChatRequest) -> RenderedChat:
+    def render(self, req: ChatRequest, *, token_limit: int | None = None) -> RenderedChat:
+        """The prompt's text and tokens. With `token_limit`, a prompt longer than that is
+        refused as soon as tokenising passes it (a huge chat is not tokenised to its end)."""
         if not req.messages:
             raise InvalidRequestError("messages must not be empty")
         last_is_assistant = req.messages[-1].get("role") == "assistant"
@@ -112,7 +114,11 @@ class ChatModel:
             **kwargs,
         )
         prefill = _content_of(req.messages[-1]) if cont else ""
-        tokens = self.engine.model.tokenize(text, add_special=not _starts_with_bos(text, self))
+        tokens = self.engine.model.tokenize(
+            text, add_special=not _starts_with_bos(text, self), limit=token_limit
+        )
+        if token_limit is not None and len(tokens) > token_limit:
+            raise ContextLengthError(len(tokens), token_limit, at_least=True)
         return RenderedChat(text, tokens, prefill, self._opens_reasoning(text))
 
     def _opens_reasoning(self, text: str) -> bool:
@@ -142,7 +148,7 @@ class ChatModel:
         return replace(req.sampling, grammar=grammar)
 
     def start(self, req: ChatRequest) -> ChatStream:
-        rendered = self.render(req)
+        rendered = self.render(req, token_limit=self.engine.n_ctx_slot)
         sampling = self._sampling(req, rendered)
         stream = self.engine.submit(
             GenerationRequest(

@@ -22,9 +22,10 @@ class ConfigError(LlamactlError):
 class ContextLengthError(LlamactlError):
     """The prompt (plus what must be generated) does not fit a slot's context."""
 
-    def __init__(self, n_prompt: int, n_ctx: int) -> None:
+    def __init__(self, n_prompt: int, n_ctx: int, *, at_least: bool = False) -> None:
+        has = f"at least {n_prompt}" if at_least else f"{n_prompt}"
         super().__init__(
-            f"the request exceeds the available context size: the prompt has {n_prompt} tokens "
+            f"the request exceeds the available context size: the prompt has {has} tokens "
             f"and a slot holds {n_ctx}; shorten the prompt or raise --ctx-size"
         )
         self.n_prompt = n_prompt

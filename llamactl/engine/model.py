@@ -16,6 +16,7 @@ import llama_cpp
 
 from ._backend import ensure_backend
 from .errors import ModelLoadError
+from .tokenize_chunks import CHUNK_CHARS, SpecialCuts
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,8 @@ class Model:
         self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self._piece_cache: dict[tuple[int, bool], bytes] = {}
         self._piece_lock = threading.Lock()
+        self._cuts: SpecialCuts | None = None
+        self._cuts_read = False
         self.info = self._read_info()
 
     # ----------------------------------------------------------------- handles
@@ -180,9 +183,46 @@ class Model:
         return piece
 
     def tokenize(
-        self, text: str, *, add_special: bool = True, parse_special: bool = True
+        self,
+        text: str,
+        *,
+        add_special: bool = True,
+        parse_special: bool = True,
+        limit: int | None = None,
     ) -> list[int]:
-        """Text to token ids; `add_special` adds BOS where the model wants it."""
+        """Text to token ids; `add_special` adds BOS where the model wants it.
+
+        A long text with special tokens is tokenised in pieces cut before them, which gives
+        the same tokens without llama.cpp's quadratic special-token search (tokenize_chunks).
+        With `limit`, tokenising may stop once more than `limit` tokens are found: the result
+        is then a prefix, longer than `limit`."""
+        if not parse_special or len(text) <= CHUNK_CHARS:
+            return self._tokenize(text, add_special, parse_special)
+        cuts = self._special_cuts()
+        if cuts is None:
+            return self._tokenize(text, add_special, parse_special)
+        tokens: list[int] = []
+        for i, piece in enumerate(cuts.pieces(text)):
+            tokens += self._tokenize(piece, add_special and i == 0, True)
+            if limit is not None and len(tokens) > limit:
+                break
+        return tokens
+
+    def _special_cuts(self) -> SpecialCuts | None:
+        """None where pieces could differ from one call: tokenizers that add tokens at the
+        end of a text (EOS, SEP) or that are not BPE or SentencePiece."""
+        with self._piece_lock:
+            if not self._cuts_read:
+                vocab = self._vocab
+                kind = llama_cpp.llama_vocab_type(vocab)
+                ends = llama_cpp.llama_vocab_get_add_eos(vocab)
+                ends = ends or llama_cpp.llama_vocab_get_add_sep(vocab)
+                chunkable = kind in (llama_cpp.LLAMA_VOCAB_TYPE_BPE, llama_cpp.LLAMA_VOCAB_TYPE_SPM)
+                self._cuts = SpecialCuts.of_vocab(vocab) if chunkable and not ends else None
+                self._cuts_read = True
+            return self._cuts
+
+    def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
         data = text.encode("utf-8")
         n_max = len(data) + 8
         while True:

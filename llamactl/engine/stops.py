@@ -42,11 +42,18 @@ class StopMatcher:
         return held
 
     def _partial_suffix_len(self, buf: str) -> int:
-        """Length of the longest suffix of `buf` that is a proper prefix of a stop string."""
+        """Length of the longest suffix of `buf` that is a proper prefix of a stop string.
+
+        Runs on the decode thread after every token, so the candidates are found with C-speed
+        searches (where the stop's first character occurs in the tail), not by trying every
+        length: long stop strings stay cheap."""
         best = 0
         for stop in self._stops:
-            for n in range(min(len(stop) - 1, len(buf)), best, -1):
-                if buf.endswith(stop[:n]):
-                    best = n
+            first = stop[0]
+            at = buf.find(first, max(0, len(buf) - len(stop) + 1))
+            while at != -1 and len(buf) - at > best:
+                if stop.startswith(buf[at:]):
+                    best = len(buf) - at
                     break
+                at = buf.find(first, at + 1)
         return best

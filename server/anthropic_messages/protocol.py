@@ -172,7 +172,7 @@ class CountTokensRequest(_Lenient):
 class MessagesRequest(CountTokensRequest):
     """`POST /v1/messages`."""
 
-    max_tokens: int = Field(ge=1)
+    max_tokens: int = Field(ge=1, le=2**31 - 1)
     stop_sequences: list[Annotated[str, Field(min_length=1)]] | None = None
     temperature: float | None = Field(default=None, ge=0.0, le=1.0)
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from ..common import check_model, ping_interval, server_state, start_chat
+from ..common import check_model, ping_interval, render_chat, server_state, start_chat
+from ..prepare import PreparedBodyRoute, off_loop
 from ..sse import sse_response
 from .protocol import CountTokensRequest, CountTokensResponse, Message, MessagesRequest
 from .serving import (
@@ -16,7 +17,7 @@ from .serving import (
     stream_frames,
 )
 
-router = APIRouter(tags=["anthropic"])
+router = APIRouter(tags=["anthropic"], route_class=PreparedBodyRoute)
 
 _STREAM_DOC = {
     200: {
@@ -33,7 +34,7 @@ async def create_message(body: MessagesRequest, request: Request) -> Message | S
     state = server_state(request)
     check_model(state, body.model)
     interval = ping_interval(state, body.sse_ping_interval)
-    stream = start_chat(state, chat_request(state, body))
+    stream = await off_loop(_start, state, body, abandon=lambda stream: stream.cancel())
     reply = reply_for(state, body, stream)
     state.register(reply.id, stream)  # lets the reasoning control endpoint find it by id
 
@@ -49,11 +50,16 @@ async def create_message(body: MessagesRequest, request: Request) -> Message | S
         release()
 
 
+def _start(state, body: MessagesRequest):
+    """Render, tokenise and submit (in a preparation worker)."""
+    return start_chat(state, chat_request(state, body))
+
+
 @router.post("/v1/messages/count_tokens", response_model=CountTokensResponse)
 @router.post("/messages/count_tokens", response_model=CountTokensResponse, include_in_schema=False)
 async def count_tokens(body: CountTokensRequest, request: Request) -> CountTokensResponse:
     """Tokens of the prompt the model would see: template, system, tools and history."""
     state = server_state(request)
     check_model(state, body.model)
-    rendered = state.chat.render(prompt_request(body))
+    rendered = await off_loop(lambda: render_chat(state, prompt_request(body)))
     return CountTokensResponse(input_tokens=len(rendered.tokens))

@@ -21,6 +21,7 @@ from llamactl.engine.types import Done
 
 from ..common import new_id, sampling_params
 from ..errors import APIError, error_body, from_engine_error
+from ..limits import limits_of
 from ..sse import event_frame
 from ..state import ServerState
 from .blocks import BlockBuilder
@@ -79,6 +80,7 @@ def chat_request(state: ServerState, req: MessagesRequest) -> ChatRequest:
         state, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k
     )
     chat.max_tokens = req.max_tokens
+    limits_of(state.settings).check_stops(req.stop_sequences or (), "stop_sequences")
     chat.stop = tuple(req.stop_sequences or ())
     return chat
 

@@ -21,11 +21,11 @@ from ..common import (
     total_usage,
 )
 from ..errors import APIError, bad_request, from_engine_error
+from ..limits import limits_of
 from ..state import ServerState
 from .protocol import SamplingFields
 
 MAX_TOP_LOGPROBS = 20
-SEED_SPACE = 2**32  # llama.cpp samplers take a uint32 seed
 
 
 def choice_count(state: ServerState, body: SamplingFields) -> int:
@@ -51,19 +51,21 @@ def token_limit(field: str, value: int | None, default: int | None) -> int | Non
     return value
 
 
-def stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
-    """Any number of stop strings (llama-server has no limit; OpenAI's is 4); empty ones drop."""
+def stop_strings(state: ServerState, stop: str | list[str] | None) -> tuple[str, ...]:
+    """Stop strings within the server's limits (OpenAI allows 4, llama-server any number:
+    docs/serve.md, Limits); empty ones drop."""
     if stop is None:
         return ()
     items = [stop] if isinstance(stop, str) else stop
+    limits_of(state.settings).check_stops(items)
     return tuple(s for s in items if s)
 
 
-def grammar_of(body: SamplingFields) -> str | None:
+def grammar_of(state: ServerState, body: SamplingFields) -> str | None:
     """A raw GBNF `grammar` or a `response_format`, never both (llama-server's rule)."""
     fmt = body.response_format
     fmt_dict = fmt.model_dump(by_alias=True, exclude_none=True) if fmt is not None else None
-    from_format = response_format_grammar(fmt_dict)
+    from_format = response_format_grammar(state, fmt_dict)
     if body.grammar:
         if from_format is not None:
             raise bad_request(
@@ -76,8 +78,6 @@ def grammar_of(body: SamplingFields) -> str | None:
 def sampling_of(state: ServerState, body: SamplingFields) -> SamplingParams:
     """Validated sampling parameters; a seed of -1 means random even with a server --seed."""
     seed = body.seed
-    if seed is not None and seed != -1:
-        seed %= SEED_SPACE
     params = sampling_params(
         state,
         temperature=body.temperature,
@@ -89,7 +89,7 @@ def sampling_of(state: ServerState, body: SamplingFields) -> SamplingParams:
         frequency_penalty=body.frequency_penalty,
         repeat_penalty=body.repeat_penalty,
         logit_bias=body.logit_bias,
-        grammar=grammar_of(body),
+        grammar=grammar_of(state, body),
     )
     if seed == -1:
         params = dataclasses.replace(params, seed=None)

@@ -28,7 +28,9 @@ class ChatMessage(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    role: str = Field(description="system, developer, user, assistant or tool")
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"] = Field(
+        description="Who speaks: OpenAI's roles (any other is refused, as OpenAI does)"
+    )
     content: str | list[ContentPart] | None = Field(
         None, description="Text, or a list of content parts"
     )

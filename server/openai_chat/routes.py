@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..common import ping_interval, server_state
+from ..prepare import PreparedBodyRoute, off_loop
 from ..schema import inline_schema
 from ..sse import sse_response
 from . import serving
@@ -17,7 +18,7 @@ from .protocol import (
     ControlResponse,
 )
 
-router = APIRouter(tags=["openai"])
+router = APIRouter(tags=["openai"], route_class=PreparedBodyRoute)
 
 _STREAM_DOC = {
     200: {
@@ -42,7 +43,7 @@ _STREAM_DOC = {
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     state = server_state(request)
     pings = ping_interval(state, body.sse_ping_interval)
-    job = serving.start(state, body)
+    job = await off_loop(serving.start, state, body, abandon=lambda job: serving.finish(state, job))
     if body.stream:
         return sse_response(
             serving.stream_frames(state, job), ping_interval=pings, on_close=job.stream.cancel

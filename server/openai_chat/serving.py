@@ -156,7 +156,7 @@ def chat_request(
         messages=messages,
         sampling=params.sampling_of(state, body),
         max_tokens=max_tokens,
-        stop=params.stop_strings(body.stop),
+        stop=params.stop_strings(state, body.stop),
         n=n,
         tools=_tools(body),
         tool_choice=_tool_choice(body),

@@ -6,12 +6,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..common import ping_interval, server_state
+from ..prepare import PreparedBodyRoute, off_loop
 from ..schema import inline_schema
 from ..sse import sse_response
 from . import serving
 from .protocol import CompletionRequest, TextCompletion
 
-router = APIRouter(tags=["openai"])
+router = APIRouter(tags=["openai"], route_class=PreparedBodyRoute)
 
 _STREAM_DOC = {
     200: {
@@ -34,7 +35,7 @@ _STREAM_DOC = {
 async def completions(body: CompletionRequest, request: Request) -> Response:
     state = server_state(request)
     pings = ping_interval(state, body.sse_ping_interval)
-    job = serving.start(state, body)
+    job = await off_loop(serving.start, state, body, abandon=lambda job: job.cancel())
     if body.stream:
         return sse_response(serving.stream_frames(job), ping_interval=pings, on_close=job.cancel)
     return JSONResponse(await serving.complete(job, request))

@@ -68,7 +68,7 @@ def start(state: ServerState, body: CompletionRequest) -> CompletionJob:
         check_int_range("logprobs", body.logprobs, 0, params.MAX_TOP_LOGPROBS)
     sampling = params.sampling_of(state, body)
     max_tokens = params.token_limit("max_tokens", body.max_tokens, state.settings.max_tokens)
-    stop = params.stop_strings(body.stop)
+    stop = params.stop_strings(state, body.stop)
     streams: list[GenerationStream] = []
     try:
         for tokens in _prompts(state, body.prompt):

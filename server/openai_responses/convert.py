@@ -15,6 +15,7 @@ from llamactl.engine.errors import InvalidRequestError
 from llamactl.engine.grammar import json_grammar, json_schema_grammar
 
 from ..errors import bad_request
+from ..limits import RequestLimits
 from .protocol import (
     FunctionCallItem,
     FunctionCallOutputItem,
@@ -256,12 +257,13 @@ def _offered(functions: list[FunctionTool], choice: str | dict[str, Any]) -> lis
 # ------------------------------------------------------------------ text and reasoning
 
 
-def text_grammar(text: TextConfig | None) -> str | None:
+def text_grammar(text: TextConfig | None, limits: RequestLimits) -> str | None:
     """`text.format` → a grammar the sampler enforces, so the output always parses."""
     fmt = text.format if text else None
     if isinstance(fmt, TextFormatJSONObject):
         return json_grammar()
     if isinstance(fmt, TextFormatJSONSchema):
+        limits.check_schema(fmt.json_schema, "text.format.schema")
         try:
             return json_schema_grammar(fmt.json_schema)
         except InvalidRequestError as exc:

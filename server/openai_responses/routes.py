@@ -6,10 +6,11 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from ..prepare import PreparedBodyRoute, off_loop
 from . import serving
 from .protocol import InputTokensRequest, ResponsesRequest
 
-router = APIRouter(tags=["responses"])
+router = APIRouter(tags=["responses"], route_class=PreparedBodyRoute)
 
 
 @router.post("/v1/responses")
@@ -21,9 +22,9 @@ async def create_response(body: ResponsesRequest, request: Request) -> Any:
 
 @router.post("/v1/responses/input_tokens")
 @router.post("/responses/input_tokens", include_in_schema=False)
-def count_input_tokens(body: InputTokensRequest, request: Request) -> dict[str, Any]:
+async def count_input_tokens(body: InputTokensRequest, request: Request) -> dict[str, Any]:
     """How many tokens the prompt of such a request would have, without generating."""
-    return serving.count_input_tokens(request, body)
+    return await off_loop(serving.count_input_tokens, request, body)
 
 
 @router.get("/v1/responses/{response_id}")

@@ -22,11 +22,14 @@ from ..common import (
     check_model,
     now,
     ping_interval,
+    render_chat,
     sampling_params,
     server_state,
     start_chat,
 )
 from ..errors import APIError, bad_request
+from ..limits import limits_of
+from ..prepare import off_loop
 from ..sse import event_frame, sse_response
 from ..state import ServerState
 from .convert import (
@@ -107,7 +110,7 @@ def sampling(state: ServerState, body: ResponsesRequest) -> SamplingParams:
         presence_penalty=body.presence_penalty,
         frequency_penalty=body.frequency_penalty,
         repeat_penalty=body.repeat_penalty,
-        grammar=text_grammar(body.text),
+        grammar=text_grammar(body.text, limits_of(state.settings)),
     )
 
 
@@ -309,17 +312,30 @@ async def create_response(request: Request, body: ResponsesRequest) -> Any:
     check_model(state, body.model)
     check_request(body)
     store = response_store(request.app)
-    conv = conversation(body, store)
-    params = sampling(state, body)
     interval = ping_interval(state, body.sse_ping_interval) if body.stream else None
-    chat = prompt_request(conv, body.parallel_tool_calls)
-    chat.sampling, chat.max_tokens = params, body.max_output_tokens
-    stream = start_chat(state, chat)
+    stream, conv, params = await off_loop(
+        _start, state, body, store, abandon=lambda started: started[0].cancel()
+    )
     keep = store if body.store is not False else None
     run = ResponseRun(state, stream, conv, echo(state, body, conv, params), keep)
     if body.stream:
         return _sse(run, interval)
     return JSONResponse(await run.collect(request))
+
+
+def _start(
+    state: ServerState, body: ResponsesRequest, store: ResponseStore
+) -> tuple[ChatStream, Conversation, SamplingParams]:
+    """Convert, render, tokenise and submit (in a preparation worker)."""
+    conv = conversation(body, store)
+    params = sampling(state, body)
+    chat = prompt_request(conv, body.parallel_tool_calls)
+    chat.sampling = params
+    # absent: the server's default (--max-tokens / the max_tokens setting), as on every route
+    chat.max_tokens = (
+        state.settings.max_tokens if body.max_output_tokens is None else body.max_output_tokens
+    )
+    return start_chat(state, chat, messages_field="input"), conv, params
 
 
 def _sse(run: ResponseRun, interval: float | None) -> StreamingResponse:
@@ -330,7 +346,8 @@ def count_input_tokens(request: Request, body: InputTokensRequest) -> dict[str, 
     state = server_state(request)
     check_model(state, body.model)
     conv = conversation(body, response_store(request.app))
-    rendered = state.chat.render(prompt_request(conv, body.parallel_tool_calls))
+    chat = prompt_request(conv, body.parallel_tool_calls)
+    rendered = render_chat(state, chat, messages_field="input")
     return {"object": "response.input_tokens", "input_tokens": len(rendered.tokens)}
 
 

@@ -11,12 +11,13 @@ from starlette.routing import Route, WebSocketRoute
 
 from llamactl.config import Settings
 
+from .. import precheck
 from ..errors import install_handlers
 from ..middleware import install_middleware
 from . import routes
 from .catalog import ModelSpec, build_catalog
 from .child import ChildProcess, free_port
-from .command import DEFAULT_LAUNCHER, child_argv, child_env
+from .command import DEFAULT_LAUNCHER, child_argv, child_env, new_secret
 from .manager import ModelManager
 from .proxy import HttpProxy
 from .state import RouterState
@@ -40,7 +41,8 @@ def create_router_app(
     def make_child(spec: ModelSpec) -> ChildProcess:
         port = free_port()
         argv = child_argv(spec, port, tuple(launcher))
-        return ChildProcess(spec.name, argv, child_env(settings, spec), port)
+        secret = new_secret()  # a new one for every process, restarts included
+        return ChildProcess(spec.name, argv, child_env(settings, spec, secret), port, secret)
 
     manager = ModelManager(
         catalog,
@@ -62,6 +64,7 @@ def create_router_app(
         finally:
             await http_proxy.aclose()
             await manager.close()
+            precheck.shutdown()
 
     app = FastAPI(
         title="llamactl router",

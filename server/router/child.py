@@ -45,19 +45,30 @@ _LIBC = ctypes.CDLL(None) if sys.platform == "linux" else None
 
 
 class ChildProcess:
-    """A model server on 127.0.0.1:`port`; `start()` returns once its /health answers 200."""
+    """A model server on 127.0.0.1:`port`; `start()` returns once its /health answers 200.
 
-    def __init__(self, name: str, argv: Sequence[str], env: Mapping[str, str], port: int) -> None:
+    `secret` is the API key the child requires (it reaches the child in `env`, never in its
+    command line): only the router knows it, so nothing else on the machine can use the
+    child's port. It is never logged, and kept out of this object's repr.
+    """
+
+    def __init__(
+        self, name: str, argv: Sequence[str], env: Mapping[str, str], port: int, secret: str
+    ) -> None:
         self.name = name
         self.argv = list(argv)
         self.env = dict(env)
         self.port = port
+        self.secret = secret
         self.url = f"http://127.0.0.1:{port}"
         self.proc: asyncio.subprocess.Process | None = None
         self.output: deque[str] = deque(maxlen=40)
         self.stopping = False
         self.started_at: float | None = None
         self._reader: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"<ChildProcess {self.name!r} port={self.port} pid={self.pid}>"
 
     @property
     def pid(self) -> int | None:

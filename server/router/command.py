@@ -2,7 +2,9 @@
 
 The child is fully described by the router: it reads no config file (LLAMACTL_CONFIG points
 at an empty one) and inherits no LLAMACTL_* variable, so a key in the user's config or
-environment can never make a child demand an API key the router does not send. Every
+environment can never make a child demand an API key the router does not send. Its one key
+is a random secret of its own (`new_secret`), in LLAMACTL_API_KEY: an environment variable,
+which `ps` does not show and only the same user (or root) can read, unlike the argv. Every
 setting the router does not keep for itself is passed as a LLAMACTL_* variable: the router's
 value, or the preset's for that model. Settings added later reach children with no change here.
 """
@@ -10,6 +12,7 @@ value, or the preset's for that model. Settings added later reach children with 
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,12 +43,19 @@ def child_settings(settings: Settings, spec: ModelSpec) -> dict[str, Any]:
     return values
 
 
+def new_secret() -> str:
+    """A child's API key: 256 random bits, URL-safe (no comma, which would split the list)."""
+    return secrets.token_urlsafe(32)
+
+
 def child_env(
-    settings: Settings, spec: ModelSpec, base: Mapping[str, str] | None = None
+    settings: Settings, spec: ModelSpec, secret: str, base: Mapping[str, str] | None = None
 ) -> dict[str, str]:
+    """The child's whole environment: the router's minus LLAMACTL_*, its settings, its key."""
     inherited = os.environ if base is None else base
     env = {k: v for k, v in inherited.items() if not k.startswith(ENV_PREFIX)}
     env["LLAMACTL_CONFIG"] = os.devnull
+    env[ENV_PREFIX + "API_KEY"] = secret
     for name, value in child_settings(settings, spec).items():
         if value is not None:
             env[ENV_PREFIX + name.upper()] = env_text(value)

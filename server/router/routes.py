@@ -52,8 +52,16 @@ async def unload_model(request: Request) -> dict[str, Any]:
     return {"success": True, "model": model_entry(rs, state)}
 
 
+# /models/load and /models/unload take `{"model": NAME}`: nothing larger is parsed.
+MAX_CONTROL_BODY = 64 * 1024
+
+
 async def _model_name(request: Request) -> str:
-    raw = await request.body()
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_CONTROL_BODY:
+            raise APIError(413, f"the body of {request.url.path} is limited to 64 KiB")
     name: Any = None
     if raw.strip():
         try:

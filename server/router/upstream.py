@@ -10,16 +10,21 @@ server on loopback, so only what it sends has to be understood.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 _MAX_HEAD = 64 * 1024
 _READ = 64 * 1024
 _NO_BODY = {204, 304}
+# An idle connection is reused only this long: well inside the child's keep-alive (uvicorn's
+# default is 5 s), so the child never closes one while a request is being written on it.
+MAX_IDLE_SECONDS = 2.0
 
 
 class UpstreamError(Exception):
-    """The child could not be reached or broke the connection."""
+    """The child broke the connection, or answered nonsense, after the request was written:
+    it may have seen the request, so sending it again could run it twice."""
 
 
 class ConnectFailed(UpstreamError):
@@ -30,9 +35,18 @@ class ConnectFailed(UpstreamError):
 class _Conn:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
+    idle_since: float = 0.0  # monotonic time it was given back to the pool
 
     def close(self) -> None:
         self.writer.close()
+
+    def reusable(self) -> bool:
+        """Open at both ends, and not idle for so long that the child may be closing it."""
+        return (
+            not self.reader.at_eof()
+            and not self.writer.is_closing()
+            and time.monotonic() - self.idle_since < MAX_IDLE_SECONDS
+        )
 
 
 @dataclass
@@ -45,6 +59,11 @@ class Response:
     _chunked: bool = False
     _reusable: bool = True
     _done: bool = False
+
+    @property
+    def length(self) -> int | None:
+        """The body's size when the child announced it (0 for bodiless answers)."""
+        return None if self._chunked else self._length
 
     def header(self, name: bytes) -> bytes | None:
         for key, value in self.headers:
@@ -86,7 +105,7 @@ class Response:
 async def _dechunk(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
     """A chunked body's data: one socket read per wake-up, every whole chunk in it passed on
     at once (a token's event is one chunk; several that arrived together go out together).
-    A chunk larger than a read is finished with one exact read, not by growing a buffer."""
+    A chunk larger than a read is passed on read by read, never held whole."""
     buf = bytearray()
     while True:
         out: list[bytes] = []
@@ -111,8 +130,16 @@ async def _dechunk(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
                 if out:
                     yield b"".join(out)
                     out = []
-                rest = await reader.readexactly(size + 2 - have)
-                yield bytes(buf[start:]) + rest[: len(rest) - 2]
+                # passed on in reads of at most _READ: a huge chunk is never held whole
+                held = min(have, size)
+                if held:
+                    yield bytes(buf[start : start + held])
+                left = size - held
+                while left:
+                    data = await reader.readexactly(min(left, _READ))
+                    left -= len(data)
+                    yield data
+                await reader.readexactly(2 - (have - held))  # the chunk's CRLF
                 buf.clear()
                 pos = 0
             else:
@@ -136,7 +163,8 @@ class Pool:
         self._idle: list[_Conn] = []
 
     def put(self, conn: _Conn) -> None:
-        if len(self._idle) < self.keep and not conn.reader.at_eof():
+        conn.idle_since = time.monotonic()
+        if len(self._idle) < self.keep and conn.reusable():
             self._idle.append(conn)
         else:
             conn.close()
@@ -155,10 +183,11 @@ class Pool:
     async def request(
         self, method: str, target: str, headers: Sequence[tuple[bytes, bytes]], body: bytes
     ) -> Response:
-        """Send a request and read the response head; the body is read with `body()`.
+        """Send a request once and read the response head; the body is read with `body()`.
 
-        A pooled connection that the child closed while idle fails before any answer; the
-        request is then sent once more on a fresh connection (the child never saw it).
+        Nothing is ever sent twice: ConnectFailed means no byte reached the child; any
+        other UpstreamError means it may have seen the request. Idle connections are checked
+        before use (one turn of the event loop first, so a close the child sent is seen).
         """
         head = [f"{method} {target} HTTP/1.1\r\n".encode("latin-1")]
         head.append(f"host: {self.host}:{self.port}\r\n".encode("latin-1"))
@@ -166,18 +195,24 @@ class Pool:
         if body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
             head.append(b"content-length: %d\r\n" % len(body))
         data = b"".join(head) + b"\r\n" + body
-        while self._idle:
-            conn = self._idle.pop()
-            try:
-                return await self._exchange(conn, method, data)
-            except UpstreamError:
-                conn.close()  # stale: try the next, then a new connection
-        conn = await self._connect()
+        conn = await self._idle_conn() or await self._connect()
         try:
             return await self._exchange(conn, method, data)
         except BaseException:
             conn.close()
             raise
+
+    async def _idle_conn(self) -> _Conn | None:
+        """A pooled connection that is still usable, closing the stale ones."""
+        if not self._idle:
+            return None
+        await asyncio.sleep(0)  # lets the loop read a FIN that is already in
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.reusable():
+                return conn
+            conn.close()
+        return None
 
     async def _exchange(self, conn: _Conn, method: str, data: bytes) -> Response:
         try:
@@ -188,8 +223,7 @@ class Pool:
             raise UpstreamError(str(e) or type(e).__name__) from e
         lines = raw.split(b"\r\n")
         parts = lines[0].split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
-            conn.close()
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
             raise UpstreamError(f"not an HTTP response: {lines[0][:80]!r}")
         headers = []
         for line in lines[1:]:
@@ -206,6 +240,8 @@ class Pool:
         elif b"chunked" in encoding:
             resp._chunked = True
         elif length is not None:
+            if not length.isdigit():
+                raise UpstreamError(f"bad content-length: {length[:40]!r}")
             resp._length = int(length)
         return resp
 

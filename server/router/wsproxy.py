@@ -20,10 +20,14 @@ from websockets.typing import Subprotocol
 from ..errors import APIError, error_body
 from ..middleware import Receive, Scope, Send
 from .manager import ModelManager
-from .proxy import MISSING_MODEL, upstream_headers
+from .proxy import MISSING_MODEL, has_control_bytes, unsafe_header, upstream_headers
 from .selection import autoload_for, query_params, with_query_model
 
 log = logging.getLogger("llamactl.router")
+# The websockets library logs handshake headers at DEBUG: the child's secret among them. Its
+# client connections to children log here, never below INFO.
+_client_log = logging.getLogger("llamactl.router.websocket")
+_client_log.setLevel(logging.INFO)
 
 # Handshake headers the client library sets itself for the upstream connection
 _OWN_HANDSHAKE = (b"sec-websocket-", b"origin")
@@ -61,6 +65,10 @@ class WebSocketProxy:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (await receive())["type"] != "websocket.connect":
             return
+        raw_path = scope.get("raw_path") or scope["path"].encode("utf-8")
+        if unsafe_header(scope.get("headers", ())) or has_control_bytes(raw_path):
+            await deny_error(scope, send, APIError(400, "the handshake has a control character"))
+            return
         query = query_params(scope.get("query_string", b""))
         name = query.get("model")
         if not name:
@@ -74,13 +82,13 @@ class WebSocketProxy:
         try:
             child = state.child
             assert child is not None
-            url = f"ws://127.0.0.1:{child.port}{scope['path']}"
+            url = f"ws://127.0.0.1:{child.port}{raw_path.decode('latin-1')}"
             query_string = with_query_model(scope.get("query_string", b""), state.spec.name)
             if query_string:
                 url += "?" + query_string.decode("latin-1")
             headers = [
                 (k.decode("latin-1"), v.decode("latin-1"))
-                for k, v in upstream_headers(scope)
+                for k, v in upstream_headers(scope, child.secret)
                 if not k.lower().startswith(_OWN_HANDSHAKE) and k.lower() != b"user-agent"
             ]
             protocols = [Subprotocol(p) for p in scope.get("subprotocols", ())] or None
@@ -95,6 +103,7 @@ class WebSocketProxy:
                     ping_interval=None,
                     open_timeout=30,
                     user_agent_header=None,
+                    logger=_client_log,
                 )
             except InvalidStatus as e:
                 resp = e.response
@@ -106,7 +115,16 @@ class WebSocketProxy:
                 await deny_error(scope, send, APIError(500, message))
                 return
             async with upstream:
-                await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
+                # the request id, as every HTTP answer carries it (the child logged this one)
+                request_id = scope.get("state", {}).get("request_id", "")
+                accept_headers = [(b"x-request-id", request_id.encode("latin-1", "replace"))]
+                await send(
+                    {
+                        "type": "websocket.accept",
+                        "subprotocol": upstream.subprotocol,
+                        "headers": accept_headers if request_id else [],
+                    }
+                )
                 await _pump(receive, send, upstream)
         finally:
             self.manager.release(state)

@@ -10,12 +10,12 @@ route, so a decision model never silently generates text (MiniCPM-OCR-Jev has no
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 from pathlib import Path
 from typing import Any, NoReturn
 
+import pydantic_core
 from fastapi import Request
 
 from llamactl.engine.decision import (
@@ -31,6 +31,7 @@ from llamactl.engine.errors import LlamactlError
 from llamactl.engine.gguf_info import read_gguf_info
 
 from ..errors import APIError, from_engine_error
+from ..prepare import off_loop
 from ..state import ServerState
 
 log = logging.getLogger("llamactl.server")
@@ -131,17 +132,22 @@ def decision_engine(state: ServerState) -> DecisionEngine:
 
 
 async def read_body(request: Request) -> Any:
-    raw = await request.body()
+    """The JSON body, parsed in a preparation worker (a big body must not stall the loop)."""
+    return await off_loop(_parse_json, await request.body())
+
+
+def _parse_json(raw: bytes) -> Any:
+    """pydantic's parser, which (unlike `json.loads`) refuses lone UTF-16 surrogates."""
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return pydantic_core.from_json(raw)
+    except ValueError as exc:
         raise APIError(400, f"Invalid JSON in the request body: {exc}") from None
 
 
 async def score(engine: DecisionEngine, body: Any) -> DecisionResult:
     """Validate `body` and answer it; errors become the spec's statuses."""
     try:
-        request = engine.parse(body)
+        request = await off_loop(engine.parse, body)
         return await asyncio.wrap_future(engine.submit(request))
     except DecisionNotSupportedError as exc:
         refuse(str(exc))
