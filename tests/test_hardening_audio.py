@@ -494,3 +494,36 @@ def test_realtime_sessions_are_bounded(live, monkeypatch):
         third.until("session.created")
     finally:
         third.close()
+
+
+def test_wire_names_the_bad_string_and_escapes_what_it_cannot_encode():
+    from llamactl.server.realtime.wire import encode_event, lone_surrogate_at
+
+    event = {"type": "x", "item": {"content": [{"text": "ok"}, {"text": "bad \ud83d"}]}}
+    assert lone_surrogate_at(event) == "item.content[1].text"
+    assert lone_surrogate_at({"type": "x", "\udc00": 1}) == "<key>"
+    assert lone_surrogate_at({"type": "fine", "text": "héllo ✓"}) is None
+    nested: list = []
+    for _ in range(100_000):  # deeper than any recursive walk could go
+        nested = [nested]
+    assert lone_surrogate_at({"type": "x", "deep": nested}) is None
+    text = encode_event({"type": "x", "delta": "a\ud800b"})
+    assert text.encode("utf-8") and json.loads(text)["delta"] == "a\ud800b"
+
+
+def test_voice_names_resolve_only_listed_names():
+    from llamactl.engine.audio.synth_espeak_voices import ListedVoice, VoiceNames
+
+    names = VoiceNames(
+        [
+            ListedVoice("gmw/en-US", ("en-us", "en"), "English (America)"),
+            ListedVoice("gmw/en", ("en-gb", "en"), "English (Great Britain)"),
+        ],
+        ["f3", "Mr serious"],
+    )
+    assert names.resolve("EN-US") == b"gmw/en-US"
+    assert names.resolve("en") == b"gmw/en"  # the voice whose file is named so
+    assert names.resolve("english (america)+MR SERIOUS") == b"gmw/en-US+Mr serious"
+    for bad in ("gmw/en", "en-us+../f3", "en-us+", "../../etc/passwd", "x" * 65, "en-us+f3+f3"):
+        with pytest.raises(Exception, match="Field 'voice'"):
+            names.resolve(bad)
