@@ -107,12 +107,10 @@ class GateMiddleware:
         await self.app(scope, receive, send)
 
 
-def _upload_max_bytes() -> int:
+def _upload_max_bytes(settings: Any) -> int:
     """File uploads may reach the transcription route's own limit (plus room for the form's
     other fields) even when --max-body-size is smaller."""
-    from .openai_audio.routes import MAX_UPLOAD
-
-    return MAX_UPLOAD + MiB
+    return settings.max_audio_upload_mib * MiB + MiB
 
 
 def install_middleware(app: Any, state: Any) -> None:
@@ -125,7 +123,7 @@ def install_middleware(app: Any, state: Any) -> None:
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_body_size * MiB,
-        upload_max_bytes=_upload_max_bytes(),
+        upload_max_bytes=_upload_max_bytes(settings),
         timeout=settings.body_timeout,
     )
     app.add_middleware(GateMiddleware, state=state)

@@ -18,6 +18,7 @@ _CACHE = "Prompt cache and checkpoints"
 _SPEC = "Speculative decoding"
 _EDGE = "HTTP edge: origins, hosts, body limits"
 _LIMITS = "Request limits (docs/serve.md, Request limits)"
+_SPEECH = "Speech limits (docs/transcribe.md, docs/api-realtime.md)"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 EPILOG = """
@@ -314,6 +315,38 @@ def serve_command(
             rich_help_panel=_LIMITS,
         ),
     ] = None,
+    max_audio_seconds: Annotated[
+        float | None,
+        typer.Option(
+            "--max-audio-seconds",
+            help="Longest transcription upload, in seconds of audio [3600].",
+            rich_help_panel=_SPEECH,
+        ),
+    ] = None,
+    max_audio_upload_mib: Annotated[
+        int | None,
+        typer.Option(
+            "--max-audio-upload-mib",
+            help="Largest transcription upload in MiB; 413 past it [64].",
+            rich_help_panel=_SPEECH,
+        ),
+    ] = None,
+    realtime_max_buffer_seconds: Annotated[
+        float | None,
+        typer.Option(
+            "--realtime-max-buffer-seconds",
+            help="Input audio a realtime session may hold untranscribed [1200].",
+            rich_help_panel=_SPEECH,
+        ),
+    ] = None,
+    realtime_max_sessions: Annotated[
+        int | None,
+        typer.Option(
+            "--realtime-max-sessions",
+            help="Realtime connections served at once [32].",
+            rich_help_panel=_SPEECH,
+        ),
+    ] = None,
     models_dir: Annotated[
         Path | None,
         typer.Option(
@@ -417,6 +450,10 @@ def serve_command(
             "max_schema_bytes": max_schema_bytes,
             "max_schema_depth": max_schema_depth,
             "max_json_values": max_json_values,
+            "max_audio_seconds": max_audio_seconds,
+            "max_audio_upload_mib": max_audio_upload_mib,
+            "realtime_max_buffer_seconds": realtime_max_buffer_seconds,
+            "realtime_max_sessions": realtime_max_sessions,
         }
     )
     if models_dir is not None or settings.models_preset is not None:

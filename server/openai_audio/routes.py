@@ -9,7 +9,6 @@ from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from llamactl.config import Settings
 from llamactl.engine.audio import Segment
 from llamactl.engine.audio.decode import read_audio
 
@@ -23,7 +22,6 @@ from .serving import check_transcription_model, ready_service, segments
 router = APIRouter(tags=["audio"], lifespan=audio_lifespan)
 
 # The default upload bound, for the body-limit middleware; the route itself reads the setting.
-MAX_UPLOAD = Settings.max_audio_upload_mib * 1024 * 1024
 
 _DOC = {
     200: {
