@@ -98,6 +98,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from serve' -l metrics -d 'Serve
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l cors-origins -x -d 'Web origins allowed to call, comma-separated: localhost (pages on this machine), * (any) or scheme://host[:port] [localhost]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l allowed-hosts -x -d 'Host names answered besides loopback ones, comma-separated; * answers any [none: loopback names only when bound to loopback]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l max-body-size -x -d 'Largest request body in MiB; 413 past it [32]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l shutdown-grace -x -d 'On SIGTERM or Ctrl-C, seconds running generations may finish; queued ones end at once, a second signal ends all [10]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l body-timeout -x -d 'Seconds to receive a whole request body; 408 past it [60]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l max-messages -x -d 'Most chat messages / Responses input items per request [4096]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l max-stop-strings -x -d 'Most stop strings per request [32]'

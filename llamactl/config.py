@@ -141,6 +141,7 @@ class Settings:
     allowed_hosts: list[str] = field(default_factory=list)  # Host names besides loopback; "*"
     max_body_size: int = 32  # MiB per request body (uploads: up to the audio file limit)
     body_timeout: float = 60.0  # seconds to receive a whole request body, else 408
+    shutdown_grace: float = 10.0  # on SIGTERM/SIGINT, seconds running generations may finish
     # Bookkeeping, not settings: the file that was read (None if there was none) and where
     # each setting's value came from.
     config_file: Path | None = field(default=None, compare=False, metadata=_INTERNAL)
@@ -219,6 +220,7 @@ _LIMITS: dict[str, tuple[float | None, float | None]] = {
     # HTTP edge
     "max_body_size": (1, None),
     "body_timeout": (0.1, None),
+    "shutdown_grace": (0.0, None),
 }
 
 

@@ -73,7 +73,8 @@ def test_env_vars_and_config_keys_and_sigterm_mid_stream(tmp_path: Path, isolate
         'parallel = 1\nalias = "cfg-model"\napi_key_file = "keys.txt"\nmetrics = true\n'
         "threads = 1\n"
     )
-    env = {"LLAMACTL_PORT": str(port), "LLAMACTL_PARALLEL": "3"}
+    # a 1 s grace: the 2000-token stream cannot finish in it, so it ends with the error event
+    env = {"LLAMACTL_PORT": str(port), "LLAMACTL_PARALLEL": "3", "LLAMACTL_SHUTDOWN_GRACE": "1"}
     auth = {"Authorization": "Bearer file-key"}
     with serve(tmp_path, port=port, env=env) as live:
         live.wait_healthy()

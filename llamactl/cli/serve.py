@@ -255,6 +255,14 @@ def serve_command(
             rich_help_panel=_EDGE,
         ),
     ] = None,
+    shutdown_grace: Annotated[
+        float | None,
+        typer.Option(
+            "--shutdown-grace",
+            help="On SIGTERM or Ctrl-C, seconds running generations may finish; queued ones "
+            "end at once, a second signal ends all [10].",
+        ),
+    ] = None,
     body_timeout: Annotated[
         float | None,
         typer.Option(
@@ -443,6 +451,7 @@ def serve_command(
             "allowed_hosts": _split_list(allowed_hosts),
             "max_body_size": max_body_size,
             "body_timeout": body_timeout,
+            "shutdown_grace": shutdown_grace,
             "max_messages": max_messages,
             "max_stop_strings": max_stop_strings,
             "max_stop_length": max_stop_length,
@@ -498,11 +507,13 @@ def _serve_router(settings, scan_dir: bool, log_level: str) -> None:
 
 
 def _run(app, settings, log_level: str) -> None:
-    """`uvicorn.run`, except that a stop signal also ends the generations in flight at once:
-    their clients get a final error event instead of a connection cut after the 5 s grace
-    period (with a CancelledError traceback in the log), and the exit code is 0."""
+    """`uvicorn.run`, with a graceful stop: the first SIGTERM/SIGINT stops taking requests and
+    ends the queued ones, running generations get `--shutdown-grace` seconds to finish, then
+    the rest end with a final error event (never a cut connection or a CancelledError
+    traceback); a second signal ends them at once. The exit code is 0."""
     import asyncio
     import contextlib
+    import time
 
     import uvicorn
 
@@ -515,16 +526,39 @@ def _run(app, settings, log_level: str) -> None:
         if state.engine is not None:
             state.engine.close()  # every open stream gets EngineClosedError, then ends
 
+    async def drain_then_stop() -> None:
+        drain = getattr(state.engine, "drain", None)  # a decision model's engine has none
+        if drain is None or settings.shutdown_grace <= 0:
+            stop_generating()
+            return
+        drain()
+        deadline = time.monotonic() + settings.shutdown_grace
+        while state.engine is not None and state.engine.busy_slots and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        stop_generating()
+
+    draining: set[asyncio.Task] = set()  # holds the drain task until the process ends
+
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: object) -> None:
             first = not self.should_exit
             super().handle_exit(sig, frame)
-            if first:  # on the loop, not in the signal handler: close() takes the engine lock
-                with contextlib.suppress(RuntimeError):  # no loop yet: nothing is generating
-                    asyncio.get_running_loop().call_soon_threadsafe(stop_generating)
+            # on the loop, not in the signal handler: close() takes the engine lock
+            with contextlib.suppress(RuntimeError):  # no loop yet: nothing is generating
+                loop = asyncio.get_running_loop()
+                if first:
+                    loop.call_soon_threadsafe(
+                        lambda: draining.add(loop.create_task(drain_then_stop()))
+                    )
+                else:
+                    loop.call_soon_threadsafe(stop_generating)
 
     options = uvicorn_options(
-        settings, log_config=uvicorn_log_config(log_level), log_level=log_level
+        settings,
+        log_config=uvicorn_log_config(log_level),
+        log_level=log_level,
+        # connections are waited for while generations drain, then a little more
+        timeout_graceful_shutdown=settings.shutdown_grace + 5,
     )
     config = uvicorn.Config(app, **options)
     server = Server(config)

@@ -247,6 +247,7 @@ class Engine:
         self._forces: deque[tuple[GenerationStream, list[int]]] = deque()
         self._cv = threading.Condition()
         self._closing = False
+        self._draining = False  # a shutdown under way: running requests finish, no new ones
         self.stats = EngineStats()
         self._thread = threading.Thread(target=self._run, name="llamactl-decode", daemon=True)
         self._thread.start()
@@ -294,8 +295,8 @@ class Engine:
         stream = GenerationStream(request.n, self._request_cancel)
         stream.has_reasoning = request.reasoning is not None
         with self._cv:
-            if self._closing:
-                raise EngineClosedError("the engine is shut down")
+            if self._closing or self._draining:
+                raise EngineClosedError("the server is shutting down")
             if self.config.max_queue and len(self._queue) >= self.config.max_queue:
                 raise QueueFullError(
                     f"the server is busy: {len(self._queue)} requests are already waiting"
@@ -340,6 +341,17 @@ class Engine:
     @property
     def queue_depth(self) -> int:
         return len(self._queue)
+
+    def drain(self) -> None:
+        """Take no new requests and end the queued ones; running ones go on to their end (the
+        first step of a graceful shutdown, `close` the last)."""
+        err = EngineClosedError("the server is shutting down; this request was not started")
+        with self._cv:
+            self._draining = True
+            queued = list(self._queue)
+            self._queue.clear()
+        for stream, _ in queued:
+            stream._push(err)
 
     def close(self) -> None:
         """Stop the decode thread, end every open stream, free the context."""
