@@ -14,13 +14,14 @@ import struct
 import time
 import wave
 
-import av
 import httpx
 import numpy as np
 import pytest
 from audiokit import SENTENCES, silence, speech, wav_bytes
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
+
+from llamactl.engine.audio.synth_encode import encode
 
 CRASHING_VOICES = [
     "../" * 12 + "etc/passwd",
@@ -144,17 +145,8 @@ def test_plausible_wav_is_transcribed(live):
 
 
 def _flac(seconds: float, rate: int = 16000) -> bytes:
-    out = io.BytesIO()
-    with av.open(out, "w", format="flac") as container:
-        stream = container.add_stream("flac", rate=rate, layout="mono")
-        samples = np.zeros((1, int(seconds * rate)), np.int16)
-        frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
-        frame.sample_rate = rate
-        for packet in stream.encode(frame):
-            container.mux(packet)
-        for packet in stream.encode(None):
-            container.mux(packet)
-    return out.getvalue()
+    """Silence as FLAC, written by the engine's own encoder (what /v1/audio/speech sends)."""
+    return encode(np.zeros(int(seconds * rate), np.int16), rate, "flac")
 
 
 def test_audio_longer_than_max_audio_seconds_is_400(live, monkeypatch):
