@@ -10,6 +10,8 @@ import ctypes
 import functools
 import io
 import re
+import subprocess
+import sys
 import threading
 import wave
 from pathlib import Path
@@ -93,12 +95,29 @@ def _engine() -> _Espeak:
 
 @functools.cache
 def speech(text: str, voice: str = "en-us", wpm: int = 170) -> tuple[np.ndarray, int]:
-    """(int16 samples, rate) of `text` spoken by eSpeak NG."""
-    with _lock:
-        engine = _engine()
-        samples = engine.say(text, voice, wpm)
+    """(int16 samples, rate) of `text` spoken by eSpeak NG.
+
+    Synthesized in a fresh process: eSpeak's output depends on everything it has said before in
+    the same process (a generator state that espeak_Initialize does not reset), so audio made
+    in the test process depended on which tests, and which background speech, came first, and
+    the transcription bounds flaked. The first utterance of a new process is always the same."""
+    run = subprocess.run(
+        [sys.executable, __file__, text, voice, str(wpm)],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    rate = int.from_bytes(run.stdout[:4], "little")
+    samples = np.frombuffer(run.stdout[4:], dtype="<i2").astype(np.int16)
     samples.setflags(write=False)
-    return samples, engine.rate
+    return samples, rate
+
+
+def _say_to_stdout(text: str, voice: str, wpm: int) -> None:
+    """`speech`'s child: the rate (4 bytes) then the int16 samples, on stdout."""
+    engine = _engine()
+    samples = engine.say(text, voice, wpm)
+    sys.stdout.buffer.write(engine.rate.to_bytes(4, "little") + samples.astype("<i2").tobytes())
 
 
 def silence(seconds: float, rate: int) -> np.ndarray:
@@ -148,3 +167,7 @@ def wer(reference: str, hypothesis: str) -> float:
             cost = diag + (ref[i - 1] != hyp[j - 1])
             diag, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, cost)
     return row[len(hyp)] / max(1, len(ref))
+
+
+if __name__ == "__main__":
+    _say_to_stdout(sys.argv[1], sys.argv[2], int(sys.argv[3]))
