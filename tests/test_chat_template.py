@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
+from sharedkit import CHAT_TEMPLATES
 
 from llamactl.engine.chat import (
     CHATML_TEMPLATE,
@@ -19,7 +19,7 @@ from llamactl.engine.chat import (
 )
 from llamactl.engine.errors import InvalidRequestError, TemplateError
 
-TEMPLATE_DIR = Path("/work/shared/data/chat-templates")
+TEMPLATE_DIR = CHAT_TEMPLATES
 TEMPLATES = sorted(path.stem for path in TEMPLATE_DIR.glob("*.jinja"))
 needs_templates = pytest.mark.skipif(not TEMPLATES, reason=f"no templates in {TEMPLATE_DIR}")
 

@@ -8,11 +8,11 @@ import json
 import math
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import llama_cpp
 import pytest
+from sharedkit import CHAT_TEMPLATES
 
 from llamactl.engine.chat import (
     ChatTemplate,
@@ -32,7 +32,7 @@ from llamactl.engine.errors import InvalidRequestError
 from llamactl.engine.types import ContentDelta, ReasoningDelta, ToolCallDelta
 
 F = ToolCallFormat
-TEMPLATES = Path("/work/shared/data/chat-templates")
+TEMPLATES = CHAT_TEMPLATES
 
 DS_CALLS = ("<\uff5ctool\u2581calls\u2581begin\uff5c>", "<\uff5ctool\u2581calls\u2581end\uff5c>")
 DS_CALL = ("<\uff5ctool\u2581call\u2581begin\uff5c>", "<\uff5ctool\u2581call\u2581end\uff5c>")
