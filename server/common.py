@@ -106,7 +106,6 @@ def sampling_params(
     n_vocab = state.engine.model.n_vocab
     limits = limits_of(s)
     limits.check_logit_bias(len(logit_bias or ()), n_vocab)
-    limits.check_grammar(grammar)
     bias: dict[int, float] = {}
     for key, value in (logit_bias or {}).items():
         try:

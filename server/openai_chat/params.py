@@ -71,6 +71,7 @@ def grammar_of(state: ServerState, body: SamplingFields) -> str | None:
             raise bad_request(
                 "Field 'grammar': cannot be combined with a JSON 'response_format'; send one"
             )
+        limits_of(state.settings).check_grammar(body.grammar)  # schemas were checked as such
         return body.grammar
     return from_format
 
