@@ -10,6 +10,9 @@ class Batch:
         self.capacity = capacity
         self._batch = llama_cpp.llama_batch_init(capacity, 0, 1)
         self.n_tokens = 0
+        # each row's sequence and position, readable without going through ctypes
+        self.seq_ids: list[int] = []
+        self.positions: list[int] = []
 
     @property
     def raw(self) -> llama_cpp.llama_batch:
@@ -22,6 +25,8 @@ class Batch:
 
     def clear(self) -> None:
         self.n_tokens = 0
+        self.seq_ids.clear()
+        self.positions.clear()
 
     def add(self, token: int, pos: int, seq_id: int, logits: bool) -> int:
         """Append one token; return its row (the index to sample its logits from)."""
@@ -35,6 +40,8 @@ class Batch:
         b.seq_id[i][0] = seq_id
         b.logits[i] = logits
         self.n_tokens = i + 1
+        self.seq_ids.append(seq_id)
+        self.positions.append(pos)
         return i
 
     def free(self) -> None:

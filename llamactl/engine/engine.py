@@ -44,6 +44,7 @@ from .speculative import (
 from .stops import StopMatcher
 from .stream import GenerationStream
 from .types import Done, FinishReason, SamplingParams, TextDelta, Timings, Usage
+from .ubatch import lone_rows
 
 log = logging.getLogger("llamactl.engine")
 
@@ -52,6 +53,15 @@ DEFAULT_SLOT_CTX = 4096
 # kernel (measured: 63 rows give the logits of 63 single-row decodes, 64 do not).
 EXACT_PIECE = 64
 KV_TYPES = {"bf16": 30, "f16": 1, "q8_0": 8}  # ggml_type values
+# KV types whose lone rows ggml computes by another kernel: the engine gives them companions
+SPLIT_KERNEL_KV = ("f16",)
+
+
+def resolve_kv_type(kv_type: str, *, can_trim: bool) -> str:
+    """The KV element type "auto" stands for: f16 where lone rows can get companions."""
+    if kv_type != "auto":
+        return kv_type
+    return "f16" if can_trim else "bf16"
 
 
 def physical_cores() -> int:
@@ -74,12 +84,13 @@ class EngineConfig:
     n_threads_batch: int | None = None
     kv_unified: bool = False
     flash_attn: bool = True
-    # KV cache element type. bf16 (not llama.cpp's f16 default): ggml's CPU flash attention
-    # computes a lone single-token decode over an f16 cache of 512+ cells by another kernel
-    # (split over the keys) than several rows or several slots, so with f16 a sequence's
-    # logits past ~256 tokens depend on what it is batched with (and on speculation).
-    # With bf16 (or q8_0) every row takes the same kernel: outputs never depend on company.
-    kv_type: Literal["bf16", "f16", "q8_0"] = "bf16"
+    # KV cache element type. "auto": f16 (llama.cpp's default and its fastest kernels), with
+    # a companion row for every row llama.cpp would compute alone (see ubatch.py), so outputs
+    # never depend on company; bf16 for models whose memory cannot be trimmed (recurrent,
+    # hybrid, sliding-window), where a companion could not be taken back. bf16 and q8_0 take
+    # one kernel for every shape; plain f16 is exact only with its companions, which the
+    # engine adds whenever the KV streams are split.
+    kv_type: Literal["auto", "bf16", "f16", "q8_0"] = "auto"
     max_queue: int = 0  # waiting requests beyond the slots; 0: unbounded
     cache_prompt: bool = True  # reuse a slot's KV prefix for a new prompt
     # RAM prompt cache in MiB: -1 no limit, 0 off; None: 8192, but off for decision models
@@ -208,7 +219,10 @@ class Engine:
             else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
         params.no_perf = True
-        params.type_k = params.type_v = KV_TYPES[config.kv_type]
+        swa = llama_cpp.llama_model_n_swa(model.handle) > 0
+        self._can_trim = not (model.info.is_recurrent or model.info.is_hybrid or swa)
+        self.kv_type = resolve_kv_type(config.kv_type, can_trim=self._can_trim)
+        params.type_k = params.type_v = KV_TYPES[self.kv_type]
         ctx = llama_cpp.llama_init_from_model(model.handle, params)
         if not ctx:
             raise ModelLoadError(
@@ -217,10 +231,16 @@ class Engine:
         self._ctx = ctx
         self._mem = llama_cpp.llama_get_memory(ctx)
         self.n_ctx = llama_cpp.llama_n_ctx(ctx)
-        self.n_ctx_slot = llama_cpp.llama_n_ctx_seq(ctx)
         self.n_batch = llama_cpp.llama_n_batch(ctx)
-        swa = llama_cpp.llama_model_n_swa(model.handle) > 0
-        self._can_trim = not (model.info.is_recurrent or model.info.is_hybrid or swa)
+        self.n_ubatch = llama_cpp.llama_n_ubatch(ctx)
+        # Lone rows get a companion row of their own sequence, decoded one cell past its
+        # last row and removed afterwards: that cell is held back from every slot, and the
+        # batch keeps room for one companion per slot.
+        self._companions = self.kv_type in SPLIT_KERNEL_KV and self._can_trim
+        self._split_streams = not config.kv_unified and config.n_parallel > 1
+        held = 1 if self._companions else 0
+        self.n_ctx_slot = llama_cpp.llama_n_ctx_seq(ctx) - held
+        self._row_budget = self.n_batch - (config.n_parallel if self._companions else 0)
         self._checkpoints = not self._can_trim and config.ctx_checkpoints > 0
         cache_mib = config.cache_ram_mib
         if cache_mib is None:  # decision states seldom repeat: off unless asked for
@@ -230,7 +250,7 @@ class Engine:
             self.n_ctx_slot,
             config.kv_unified,
             config.flash_attn,
-            config.kv_type,
+            self.kv_type,
         )
         self.cache = PromptCache(cache_mib, layout) if cache_mib != 0 else None
         self._draft_model: Model | None = None
@@ -727,12 +747,16 @@ class Engine:
             (s for s in self._slots if s.state == "prompt"), key=lambda s: s.t_start
         ):
             end = self._chunk_end(slot)
-            need = min(end - slot.prompt_pos, self.n_batch)
+            need = min(end - slot.prompt_pos, self._row_budget)
+            if self._companions and need >= EXACT_PIECE and end == len(slot.request.prompt):
+                # the prompt's last row on its own, as a warm rerun of this prompt decodes it:
+                # the same request answers alike whether its prefix is cached or not
+                need -= 1
             if need >= EXACT_PIECE:
                 if big is None:
                     big = (slot, need)
                 continue
-            take = min(batch.free_rows, need)
+            take = min(self._row_budget - batch.n_tokens, need)
             if take <= 0:
                 continue
             self._add_prompt(batch, slot, take, sample_rows)
@@ -775,8 +799,11 @@ class Engine:
         prompt_chunks: list[tuple[_Slot, int]],
         verify: list[tuple[_Slot, list[int], list[int], Speculator]],
     ) -> None:
+        companions = self._add_companions(batch) if self._companions else ()
         t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(self._ctx, batch.raw)
+        for seq_id, pos in companions:
+            llama_cpp.llama_memory_seq_rm(self._mem, seq_id, pos, -1)
         if rc != 0:
             self._decode_failed(rc, sample_rows + [(v[0], 0) for v in verify], prompt_chunks)
             return
@@ -810,11 +837,38 @@ class Engine:
         for slot, rows, draft, spec in verify:
             self._verify(slot, rows, draft, spec)
 
+    def _add_companions(self, batch: Batch) -> list[tuple[int, int]]:
+        """Give every row llama.cpp would compute alone a companion of its own sequence
+        (see ubatch.py); return the (sequence, position) of each, to remove after decoding."""
+        added: list[tuple[int, int]] = []
+        real = batch.n_tokens
+        for _ in range(4):  # a companion changes the split: look again (twice is the most seen)
+            lone = [
+                r
+                for r in lone_rows(
+                    batch.seq_ids, batch.positions, self.n_ubatch, streams=self._split_streams
+                )
+                if r < real
+            ]
+            if not lone:
+                return added
+            for row in lone:
+                if batch.free_rows == 0:
+                    break
+                seq = batch.seq_ids[row]
+                pos = 1 + max(
+                    p for s, p in zip(batch.seq_ids, batch.positions, strict=True) if s == seq
+                )
+                batch.add(batch.raw.token[row], pos, seq, False)
+                added.append((seq, pos))
+        log.warning("a row is decoded alone: its logits may differ from a batched run")
+        return added
+
     # ------------------------------------------------------------ speculation
     def _drafts(self) -> dict[int, tuple[Speculator, list[int]]]:
         """A draft for each generating slot whose best speculator expects to gain tokens."""
         live = [s for s in self._slots if s.state == "generating" and s.pending is not None]
-        budget = self.n_batch - len(live)
+        budget = self._row_budget - len(live)
         n_min = max(1, self.config.spec_draft_n_min)
         out: dict[int, tuple[Speculator, list[int]]] = {}
         model_jobs: list[tuple[_Slot, list[int], int]] = []
