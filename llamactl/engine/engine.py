@@ -10,29 +10,34 @@ greedy output does not depend on what else is being served.
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import replace
 
 import llama_cpp
 
 from .batch import Batch
+from .context import (
+    ContextLayout,
+    default_slot_ctx,
+    open_context,
+    physical_cores,
+    resolve_kv_type,
+)
 from .detokenize import IncrementalDetokenizer
 from .errors import (
     ContextLengthError,
     EngineClosedError,
     InvalidRequestError,
     LlamactlError,
-    ModelLoadError,
-    QueueFullError,
 )
+from .loop import DecodeLoop
 from .model import Model
 from .prompt_cache import CacheEntry, Checkpoint, PromptCache, common_prefix, load_seq, save_seq
+from .requests import EngineConfig, EngineStats, GenerationRequest, ReasoningSpec
 from .sampling import SamplerChain, check_grammar, token_logprobs
+from .slot import Slot
 from .speculative import (
     DraftModel,
     NgramCache,
@@ -46,154 +51,18 @@ from .stream import GenerationStream
 from .types import Done, FinishReason, SamplingParams, TextDelta, Timings, Usage
 from .ubatch import lone_rows
 
+__all__ = ["Engine", "EngineConfig", "EngineStats", "GenerationRequest", "ReasoningSpec"]
+
 log = logging.getLogger("llamactl.engine")
 
-DEFAULT_SLOT_CTX = 4096
 # Rows of one sequence in a ubatch from which ggml's CPU flash attention switches to another
 # kernel (measured: 63 rows give the logits of 63 single-row decodes, 64 do not).
 EXACT_PIECE = 64
-KV_TYPES = {"bf16": 30, "f16": 1, "q8_0": 8}  # ggml_type values
 # KV types whose lone rows ggml computes by another kernel: the engine gives them companions
 SPLIT_KERNEL_KV = ("f16",)
 
 
-def resolve_kv_type(kv_type: str, *, can_trim: bool) -> str:
-    """The KV element type "auto" stands for: f16 where lone rows can get companions."""
-    if kv_type != "auto":
-        return kv_type
-    return "f16" if can_trim else "bf16"
-
-
-def physical_cores() -> int:
-    """Compute threads to use: llama.cpp collapses when it oversubscribes cores."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """How the context is laid out; see docs/engine.md for what each choice trades."""
-
-    n_parallel: int = 4
-    n_ctx: int | None = None  # total KV positions; None: min(train ctx, 4096) per slot
-    n_batch: int = 512
-    n_ubatch: int = 512
-    n_threads: int | None = None
-    n_threads_batch: int | None = None
-    kv_unified: bool = False
-    flash_attn: bool = True
-    # KV cache element type. "auto": f16 (llama.cpp's default and its fastest kernels), with
-    # a companion row for every row llama.cpp would compute alone (see ubatch.py), so outputs
-    # never depend on company; bf16 for models whose memory cannot be trimmed (recurrent,
-    # hybrid, sliding-window), where a companion could not be taken back. bf16 and q8_0 take
-    # one kernel for every shape; plain f16 is exact only with its companions, which the
-    # engine adds whenever the KV streams are split.
-    kv_type: Literal["auto", "bf16", "f16", "q8_0"] = "auto"
-    max_queue: int = 0  # waiting requests beyond the slots; 0: unbounded
-    cache_prompt: bool = True  # reuse a slot's KV prefix for a new prompt
-    # RAM prompt cache in MiB: -1 no limit, 0 off; None: 8192, but off for decision models
-    cache_ram_mib: int | None = None
-    cache_idle_slots: bool = True  # save an idle slot's KV before a new request takes it
-    slot_prompt_similarity: float = 0.10  # prefer the idle slot sharing this much of a prompt
-    ctx_checkpoints: int = 32  # checkpoints per slot, for models that cannot trim their memory
-    checkpoint_min_step: int = 8192  # tokens between checkpoints (the last user message aside)
-    spec_types: tuple[str, ...] = ()  # speculators: ngram-simple, ngram-cache, draft-simple
-    model_draft: str | os.PathLike[str] | None = None  # GGUF of the draft-simple model
-    spec_draft_n_max: int = 3
-    spec_draft_n_min: int = 0
-    spec_draft_p_min: float = 0.0
-    spec_adaptive: bool = True  # cap drafts where their rows cost more than they should gain
-
-
-@dataclass(frozen=True)
-class ReasoningSpec:
-    """Lets the engine end a choice's reasoning on its own: after `budget` tokens, or when
-    asked (`Engine.end_reasoning`), it forces `end_tokens` next. Text markers tell it whether
-    a choice is reasoning; `open` says the prompt already opened the block."""
-
-    start: str
-    end: str
-    end_tokens: tuple[int, ...]
-    open: bool = False
-    budget: int | None = None  # reasoning tokens allowed; None: unlimited, 0: none at all
-
-
-@dataclass
-class GenerationRequest:
-    prompt: list[int]
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    max_tokens: int | None = None
-    stop: tuple[str, ...] = ()
-    n: int = 1
-    logprobs: int | None = None  # None: none; 0: the chosen token's; k: also the top k
-    render_special: bool = False  # show control tokens (e.g. gpt-oss channels) in the text
-    ignore_eos: bool = False
-    cache_prompt: bool = True
-    reasoning: ReasoningSpec | None = None
-    # where user messages start in `prompt` (from the chat template's delimiters): the
-    # engine checkpoints there on models that cannot trim their memory
-    user_starts: tuple[int, ...] = ()
-
-
-SlotState = Literal["idle", "waiting_parent", "prompt", "generating"]
-
-
-class _Slot:
-    """One sequence of the context and the generation running in it."""
-
-    def __init__(self, seq_id: int) -> None:
-        self.seq_id = seq_id
-        self.state: SlotState = "idle"
-        self.kv_tokens: list[int] = []  # exactly what the KV cache holds for this sequence
-        self.checkpoints: list[Checkpoint] = []  # partial states, oldest first
-        self.saveable = False  # the KV is a finished completion's, not yet offered to the cache
-        self.last_used = 0.0
-        self._reset_job()
-
-    def _reset_job(self) -> None:
-        self.stream: GenerationStream | None = None
-        self.request: GenerationRequest | None = None
-        self.index = 0
-        self.children: list[_Slot] = []
-        self.prompt_pos = 0  # next prompt token to decode
-        self.checkpoint_at: list[int] = []  # prompt positions to checkpoint at, ascending
-        self.pending: int | None = None  # sampled, not yet decoded
-        self.sampler: SamplerChain | None = None
-        # Without the grammar: used while the model reasons, so a JSON grammar constrains only
-        # the answer (None when the request has no grammar or no reasoning markers).
-        self.free_sampler: SamplerChain | None = None
-        self.detok: IncrementalDetokenizer | None = None
-        self.stops: StopMatcher | None = None
-        self.forced: deque[int] = deque()
-        self.generated: list[int] = []
-        self.cached = 0
-        self.t_start = self.t_prompt_done = 0.0
-        self.in_reasoning = False
-        self.reasoning_tokens = 0
-        self.marker_tail = ""  # recent text, to spot reasoning markers split over tokens
-        self.spec = SeqState()
-        self.draft_n = 0
-        self.draft_accepted = 0
-
-    @property
-    def busy(self) -> bool:
-        return self.state != "idle"
-
-    def free_samplers(self) -> None:
-        for chain in (self.sampler, self.free_sampler):
-            if chain is not None:
-                chain.free()
-
-    def active_sampler(self) -> SamplerChain:
-        """The grammar-free chain while reasoning (or draining forced tokens), else the main one."""
-        if self.free_sampler is not None and (self.in_reasoning or self.forced):
-            return self.free_sampler
-        return self.sampler
-
-
-class Engine:
+class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
     """Thread-safe front door to one model's batched context."""
 
     def __init__(self, model: Model, config: EngineConfig | None = None) -> None:
@@ -201,33 +70,25 @@ class Engine:
         self.config = config = config or EngineConfig()
         if config.n_parallel < 1:
             raise InvalidRequestError("n_parallel must be at least 1")
-        n_ctx = config.n_ctx or min(
-            model.info.n_ctx_train or DEFAULT_SLOT_CTX, DEFAULT_SLOT_CTX
-        ) * (config.n_parallel)
-        params = llama_cpp.llama_context_default_params()
-        params.n_ctx = n_ctx
-        params.n_batch = config.n_batch
-        params.n_ubatch = min(config.n_ubatch, config.n_batch)
-        params.n_seq_max = config.n_parallel
+        n_ctx = config.n_ctx or default_slot_ctx(model) * config.n_parallel
         threads = config.n_threads or physical_cores()
-        params.n_threads = threads
-        params.n_threads_batch = config.n_threads_batch or threads
-        params.kv_unified = config.kv_unified
-        params.flash_attn_type = (
-            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-            if config.flash_attn
-            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
-        params.no_perf = True
         swa = llama_cpp.llama_model_n_swa(model.handle) > 0
         self._can_trim = not (model.info.is_recurrent or model.info.is_hybrid or swa)
         self.kv_type = resolve_kv_type(config.kv_type, can_trim=self._can_trim)
-        params.type_k = params.type_v = KV_TYPES[self.kv_type]
-        ctx = llama_cpp.llama_init_from_model(model.handle, params)
-        if not ctx:
-            raise ModelLoadError(
-                f"llama.cpp could not create a context of {n_ctx} tokens for {model.path.name}"
-            )
+        ctx = open_context(
+            model,
+            ContextLayout(
+                n_ctx=n_ctx,
+                n_batch=config.n_batch,
+                n_ubatch=config.n_ubatch,
+                n_seq_max=config.n_parallel,
+                n_threads=threads,
+                n_threads_batch=config.n_threads_batch or threads,
+                kv_unified=config.kv_unified,
+                flash_attn=config.flash_attn,
+                kv_type=self.kv_type,
+            ),
+        )
         self._ctx = ctx
         self._mem = llama_cpp.llama_get_memory(ctx)
         self.n_ctx = llama_cpp.llama_n_ctx(ctx)
@@ -261,16 +122,12 @@ class Engine:
             llama_cpp.llama_free(ctx)
             raise
         self._batch = Batch(self.n_batch)
-        self._slots = [_Slot(i) for i in range(config.n_parallel)]
-        self._queue: deque[tuple[GenerationStream, GenerationRequest]] = deque()
+        self._slots = [Slot(i) for i in range(config.n_parallel)]
         self._cancels: deque[GenerationStream] = deque()
         self._forces: deque[tuple[GenerationStream, list[int]]] = deque()
-        self._cv = threading.Condition()
-        self._closing = False
-        self._draining = False  # a shutdown under way: running requests finish, no new ones
-        self.stats = EngineStats()
-        self._thread = threading.Thread(target=self._run, name="llamactl-decode", daemon=True)
-        self._thread.start()
+        self._taken_cancels: list[GenerationStream] = []
+        self._taken_forces: list[tuple[GenerationStream, list[int]]] = []
+        self._start_loop(max_queue=config.max_queue, thread_name="llamactl-decode")
 
     def _make_speculators(self, config: EngineConfig, threads: int) -> list[Speculator]:
         types = parse_spec_types(config.spec_types)
@@ -314,16 +171,7 @@ class Engine:
         self._validate(request)
         stream = GenerationStream(request.n, self._request_cancel)
         stream.has_reasoning = request.reasoning is not None
-        with self._cv:
-            if self._closing or self._draining:
-                raise EngineClosedError("the server is shutting down")
-            if self.config.max_queue and len(self._queue) >= self.config.max_queue:
-                raise QueueFullError(
-                    f"the server is busy: {len(self._queue)} requests are already waiting"
-                )
-            self._queue.append((stream, request))
-            self.stats.requests_total += 1
-            self._cv.notify()
+        self._enqueue((stream, request), closed="the server is shutting down")
         return stream
 
     def generate(self, prompt: list[int], **kwargs: object) -> GenerationStream:
@@ -358,10 +206,6 @@ class Engine:
     def busy_slots(self) -> int:
         return sum(1 for s in self._slots if s.busy)
 
-    @property
-    def queue_depth(self) -> int:
-        return len(self._queue)
-
     def drain(self) -> None:
         """Take no new requests and end the queued ones; running ones go on to their end (the
         first step of a graceful shutdown, `close` the last)."""
@@ -375,12 +219,8 @@ class Engine:
 
     def close(self) -> None:
         """Stop the decode thread, end every open stream, free the context."""
-        with self._cv:
-            if self._closing:
-                return
-            self._closing = True
-            self._cv.notify()
-        self._thread.join()
+        if not self._stop_loop():
+            return
         err = EngineClosedError("the engine shut down before this request finished")
         for slot in self._slots:
             if slot.stream is not None:
@@ -431,23 +271,15 @@ class Engine:
             self._cv.notify()
 
     # ============================================================ decode loop
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._closing and not self._has_work():
-                    self._cv.wait()
-                if self._closing:
-                    return
-                cancels, self._cancels = list(self._cancels), deque()
-                forces, self._forces = list(self._forces), deque()
-            try:
-                self._apply_cancels(cancels)
-                self._apply_forces(forces)
-                self._admit()
-                self._step()
-            except Exception as exc:  # never let the decode thread die silently
-                log.exception("decode step failed")
-                self._fail_all(exc)
+    def _take_commands(self) -> None:
+        self._taken_cancels, self._cancels = list(self._cancels), deque()
+        self._taken_forces, self._forces = list(self._forces), deque()
+
+    def _tick(self) -> None:
+        self._apply_cancels(self._taken_cancels)
+        self._apply_forces(self._taken_forces)
+        self._admit()
+        self._step()
 
     def _has_work(self) -> bool:
         return bool(
@@ -487,7 +319,7 @@ class Engine:
                 else:
                     self._force_reasoning_end(slot)
 
-    def _force_reasoning_end(self, slot: _Slot) -> None:
+    def _force_reasoning_end(self, slot: Slot) -> None:
         spec = slot.request.reasoning
         if spec is not None and slot.in_reasoning and not slot.forced:
             slot.forced.extend(spec.end_tokens)
@@ -508,7 +340,7 @@ class Engine:
             except Exception as exc:
                 stream._push(exc if isinstance(exc, LlamactlError) else LlamactlError(str(exc)))
 
-    def _pick_slot(self, prompt: list[int], use_cache: bool) -> tuple[_Slot, int]:
+    def _pick_slot(self, prompt: list[int], use_cache: bool) -> tuple[Slot, int]:
         """The free slot sharing the largest share of `prompt` (above the similarity
         threshold), else the least recently used one."""
         free = [s for s in self._slots if not s.busy]
@@ -583,7 +415,7 @@ class Engine:
         self.stats.prompt_tokens_cached += keep
 
     # ------------------------------------------------------------ prompt cache
-    def _offer_to_cache(self, slot: _Slot, lcp: int, *, idle: bool = False) -> None:
+    def _offer_to_cache(self, slot: Slot, lcp: int, *, idle: bool = False) -> None:
         """Save a finished completion's KV before a new request overwrites it (once): the
         slot a request takes when the request keeps less than half of it (llama-server's
         rule), and, with `cache_idle_slots`, other idle slots whose KV a request needs."""
@@ -611,7 +443,7 @@ class Engine:
         if self.cache.add(entry):
             log.debug("prompt cache: saved %d tokens of slot %d", n, slot.seq_id)
 
-    def _restore_from_cache(self, slot: _Slot, prompt: list[int], lcp: int) -> int:
+    def _restore_from_cache(self, slot: Slot, prompt: list[int], lcp: int) -> int:
         """Load the cached state that serves `prompt` better than the slot's own KV;
         return the new common prefix."""
         entry = self.cache.take(prompt, lcp, len(slot.kv_tokens))
@@ -637,7 +469,7 @@ class Engine:
         return lcp
 
     # ------------------------------------------------------------ checkpoints
-    def _checkpoint_positions(self, slot: _Slot, req: GenerationRequest, keep: int) -> list[int]:
+    def _checkpoint_positions(self, slot: Slot, req: GenerationRequest, keep: int) -> list[int]:
         """Where to stop prompt chunks and checkpoint: before the last user message, before
         earlier ones `checkpoint_min_step` apart, and 4 tokens before the prompt's end."""
         n = len(req.prompt)
@@ -656,7 +488,7 @@ class Engine:
             out.append(near_end)
         return out
 
-    def _make_checkpoint(self, slot: _Slot) -> None:
+    def _make_checkpoint(self, slot: Slot) -> None:
         n = len(slot.kv_tokens)
         if any(c.n_tokens == n for c in slot.checkpoints):
             return
@@ -674,7 +506,7 @@ class Engine:
         model = self.model
         return lambda t: model.token_bytes(t, special=special)
 
-    def _reuse_prefix(self, slot: _Slot, prompt: list[int], lcp: int) -> int:
+    def _reuse_prefix(self, slot: Slot, prompt: list[int], lcp: int) -> int:
         """Trim the slot's KV to the shared prefix; return how many prompt tokens it keeps.
 
         At least the last prompt token is always decoded again: its logits are needed.
@@ -694,7 +526,7 @@ class Engine:
             del slot.kv_tokens[keep:]
         return keep
 
-    def _rollback(self, slot: _Slot, keep: int) -> int:
+    def _rollback(self, slot: Slot, keep: int) -> int:
         """Restore the latest checkpoint at or before `keep` and trim the attention KV after
         it; return the tokens kept (0: the slot was cleared)."""
         usable = [c for c in slot.checkpoints if 0 < c.n_tokens <= keep]
@@ -708,7 +540,7 @@ class Engine:
         self._clear_kv(slot)
         return 0
 
-    def _clear_kv(self, slot: _Slot) -> None:
+    def _clear_kv(self, slot: Slot) -> None:
         llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
         slot.kv_tokens = []
         slot.checkpoints = []
@@ -720,10 +552,10 @@ class Engine:
         one batch, then at most one large prompt chunk decoded on its own."""
         batch = self._batch
         batch.clear()
-        sample_rows: list[tuple[_Slot, int]] = []
+        sample_rows: list[tuple[Slot, int]] = []
         # 1. one token for every generating slot (they were admitted first), and its draft
         drafts = self._drafts() if self.speculators else {}
-        verify: list[tuple[_Slot, list[int], list[int], Speculator]] = []
+        verify: list[tuple[Slot, list[int], list[int], Speculator]] = []
         for slot in self._slots:
             if slot.state == "generating" and slot.pending is not None:
                 base = len(slot.kv_tokens)
@@ -741,8 +573,8 @@ class Engine:
         # more of them, and llama.cpp splits a batch so that each sequence has as many rows as
         # the others in a ubatch. A chunk that large is therefore decoded alone and whole, at
         # the same boundaries whatever else runs: outputs never depend on the company.
-        prompt_chunks: list[tuple[_Slot, int]] = []
-        big: tuple[_Slot, int] | None = None
+        prompt_chunks: list[tuple[Slot, int]] = []
+        big: tuple[Slot, int] | None = None
         for slot in sorted(
             (s for s in self._slots if s.state == "prompt"), key=lambda s: s.t_start
         ):
@@ -765,11 +597,11 @@ class Engine:
             self._decode_and_sample(batch, sample_rows, prompt_chunks, verify)
         if big is not None and big[0].state == "prompt":
             batch.clear()
-            rows: list[tuple[_Slot, int]] = []
+            rows: list[tuple[Slot, int]] = []
             self._add_prompt(batch, big[0], big[1], rows)
             self._decode_and_sample(batch, rows, [big], [])
 
-    def _chunk_end(self, slot: _Slot) -> int:
+    def _chunk_end(self, slot: Slot) -> int:
         """Where the slot's next prompt chunk must end: the prompt's end or a checkpoint
         (taken here, between steps, when the slot has just reached one)."""
         end = len(slot.request.prompt)
@@ -782,7 +614,7 @@ class Engine:
         return end
 
     def _add_prompt(
-        self, batch: Batch, slot: _Slot, take: int, sample_rows: list[tuple[_Slot, int]]
+        self, batch: Batch, slot: Slot, take: int, sample_rows: list[tuple[Slot, int]]
     ) -> None:
         prompt = slot.request.prompt
         for k in range(take):
@@ -795,9 +627,9 @@ class Engine:
     def _decode_and_sample(
         self,
         batch: Batch,
-        sample_rows: list[tuple[_Slot, int]],
-        prompt_chunks: list[tuple[_Slot, int]],
-        verify: list[tuple[_Slot, list[int], list[int], Speculator]],
+        sample_rows: list[tuple[Slot, int]],
+        prompt_chunks: list[tuple[Slot, int]],
+        verify: list[tuple[Slot, list[int], list[int], Speculator]],
     ) -> None:
         companions = self._add_companions(batch) if self._companions else ()
         t0 = time.perf_counter()
@@ -871,7 +703,7 @@ class Engine:
         budget = self._row_budget - len(live)
         n_min = max(1, self.config.spec_draft_n_min)
         out: dict[int, tuple[Speculator, list[int]]] = {}
-        model_jobs: list[tuple[_Slot, list[int], int]] = []
+        model_jobs: list[tuple[Slot, list[int], int]] = []
         drafter: DraftModel | None = None
         for slot in live:
             if slot.forced:
@@ -966,7 +798,7 @@ class Engine:
             t["row"] = row if t["row_n"] == 0 else 0.8 * t["row"] + 0.2 * row
             t["row_n"] += 1
 
-    def _verify(self, slot: _Slot, rows: list[int], draft: list[int], spec: Speculator) -> None:
+    def _verify(self, slot: Slot, rows: list[int], draft: list[int], spec: Speculator) -> None:
         """Sample the target at the pending token's row and each draft row in turn; keep the
         draft up to the first token the target did not sample, drop the rest from the KV."""
         seq = slot.spec
@@ -988,7 +820,7 @@ class Engine:
         spec.record(seq, len(draft), accepted)
         llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, len(slot.kv_tokens), -1)
 
-    def _fork(self, parent: _Slot, child: _Slot, now: float) -> None:
+    def _fork(self, parent: Slot, child: Slot, now: float) -> None:
         """Give a child a copy of the parent's decoded prompt (decoded once, shared)."""
         llama_cpp.llama_memory_seq_cp(self._mem, parent.seq_id, child.seq_id, -1, -1)
         child.kv_tokens = list(parent.kv_tokens)
@@ -996,7 +828,7 @@ class Engine:
         child.t_prompt_done = now
         child.state = "generating"
 
-    def _sample(self, slot: _Slot, row: int) -> None:
+    def _sample(self, slot: Slot, row: int) -> None:
         req = slot.request
         chain = slot.active_sampler()
         if slot.forced:
@@ -1037,7 +869,7 @@ class Engine:
             return
         slot.pending = token
 
-    def _track_reasoning(self, slot: _Slot, piece: str) -> None:
+    def _track_reasoning(self, slot: Slot, piece: str) -> None:
         """Follow the reasoning markers in the output and enforce the budget."""
         spec = slot.request.reasoning
         tail = (slot.marker_tail + piece)[-(len(spec.start) + len(spec.end) + 16) :]
@@ -1057,11 +889,11 @@ class Engine:
                 self._force_reasoning_end(slot)
         slot.marker_tail = tail
 
-    def _emit(self, slot: _Slot, text: str, tokens: tuple[int, ...], logprobs: tuple) -> None:
+    def _emit(self, slot: Slot, text: str, tokens: tuple[int, ...], logprobs: tuple) -> None:
         if text or logprobs:
             slot.stream._push(TextDelta(text, tokens, logprobs, slot.index))
 
-    def _finish(self, slot: _Slot, reason: FinishReason, stop: str | None = None) -> None:
+    def _finish(self, slot: Slot, reason: FinishReason, stop: str | None = None) -> None:
         """End the slot's generation; the slot is idle before its `Done` is delivered, so a
         caller that sees `Done` can count on the slot being free."""
         now = time.perf_counter()
@@ -1118,19 +950,6 @@ class Engine:
                 self._clear_kv(slot)
                 slot._reset_job()
                 slot.state = "idle"
-
-
-@dataclass
-class EngineStats:
-    """Counters for /metrics and benchmarks (written by the decode thread only)."""
-
-    requests_total: int = 0
-    tokens_generated: int = 0
-    prompt_tokens_processed: int = 0
-    prompt_tokens_cached: int = 0
-    decode_calls: int = 0
-    decode_seconds: float = 0.0
-    checkpoints_made: int = 0
 
 
 def _with_seed(params: SamplingParams, seed: int) -> SamplingParams:

@@ -13,7 +13,6 @@ rows do not depend on what else is in the batch, so concurrent requests answer a
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import deque
 from concurrent.futures import Future
@@ -24,15 +23,14 @@ import llama_cpp
 import numpy as np
 
 from llamactl.engine.batch import Batch
-from llamactl.engine.engine import DEFAULT_SLOT_CTX, EngineStats, physical_cores
+from llamactl.engine.context import ContextLayout, default_slot_ctx, open_context, physical_cores
 from llamactl.engine.errors import (
     ContextLengthError,
     EngineClosedError,
     InvalidRequestError,
     LlamactlError,
-    ModelLoadError,
-    QueueFullError,
 )
+from llamactl.engine.loop import DecodeLoop
 
 from .loader import DecisionModel
 from .media import MediaSet, MediaUnit
@@ -94,7 +92,7 @@ class _Slot:
         self.shared_rows = {}
 
 
-class DecisionEngine:
+class DecisionEngine(DecodeLoop["_Job"]):
     """Thread-safe front door: `submit` a request, get a future of its answers."""
 
     def __init__(self, dm: DecisionModel, config: DecisionConfig | None = None) -> None:
@@ -103,40 +101,30 @@ class DecisionEngine:
         self.config = config = config or DecisionConfig()
         if config.n_parallel < 1:
             raise InvalidRequestError("n_parallel must be at least 1")
-        per_slot = min(dm.model.info.n_ctx_train or DEFAULT_SLOT_CTX, DEFAULT_SLOT_CTX)
-        n_ctx = config.n_ctx or per_slot * config.n_parallel
+        n_ctx = config.n_ctx or default_slot_ctx(dm.model) * config.n_parallel
         self._hidden = dm.dtype.readout != "labels"
         n_batch = config.n_batch
         if not dm.dtype.causal:  # a non-causal prompt must be decoded in one ubatch
             n_batch = max(n_batch, n_ctx // config.n_parallel)
-        params = llama_cpp.llama_context_default_params()
-        params.n_ctx = n_ctx
-        params.n_batch = n_batch
-        params.n_ubatch = n_batch
-        params.n_seq_max = config.n_parallel
         threads = config.n_threads or physical_cores()
-        params.n_threads = params.n_threads_batch = threads
-        params.kv_unified = False  # split streams: rows independent of the batch's company
-        params.embeddings = self._hidden
         # rows per token (pooling none); left unspecified when the file declares no pooling,
         # which llama.cpp resolves to none without warning about overriding its default
         declared = dm.info.get(f"{dm.info.architecture}.pooling_type") is not None
-        params.pooling_type = (
-            llama_cpp.LLAMA_POOLING_TYPE_NONE
-            if declared
-            else llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED
+        ctx = open_context(
+            dm.model,
+            ContextLayout(
+                n_ctx=n_ctx,
+                n_batch=n_batch,
+                n_ubatch=n_batch,
+                n_seq_max=config.n_parallel,
+                n_threads=threads,
+                n_threads_batch=threads,
+                kv_unified=False,  # split streams: rows independent of the batch's company
+                flash_attn=config.flash_attn,
+                embeddings=self._hidden,
+                pooling_type=llama_cpp.LLAMA_POOLING_TYPE_NONE if declared else None,
+            ),
         )
-        params.flash_attn_type = (
-            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-            if config.flash_attn
-            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
-        params.no_perf = True
-        ctx = llama_cpp.llama_init_from_model(dm.model.handle, params)
-        if not ctx:
-            raise ModelLoadError(
-                f"llama.cpp could not create a context of {n_ctx} tokens for {dm.path.name}"
-            )
         llama_cpp.llama_set_causal_attn(ctx, dm.dtype.causal)
         self._ctx = ctx
         self._mem = llama_cpp.llama_get_memory(ctx)
@@ -147,13 +135,8 @@ class DecisionEngine:
         self._n_embd = dm.model.info.n_embd
         self._batch = Batch(self.n_batch)
         self._slots = [_Slot(i) for i in range(config.n_parallel)]
-        self._jobs: deque[_Job] = deque()
         self._groups: deque[tuple[_Job, list[Task]]] = deque()
-        self._cv = threading.Condition()
-        self._closing = False
-        self.stats = EngineStats()
-        self._thread = threading.Thread(target=self._run, name="llamactl-decide", daemon=True)
-        self._thread.start()
+        self._start_loop(max_queue=config.max_queue, thread_name="llamactl-decide")
 
     # ================================================================ public API
     @property
@@ -199,16 +182,7 @@ class DecisionEngine:
         """Queue a validated request; its future resolves to the answers or an error."""
         self.check_media(request)
         job = _Job(request, Future())
-        with self._cv:
-            if self._closing:
-                raise EngineClosedError("the decision engine is shut down")
-            if self.config.max_queue and len(self._jobs) >= self.config.max_queue:
-                raise QueueFullError(
-                    f"the server is busy: {len(self._jobs)} requests are already waiting"
-                )
-            self._jobs.append(job)
-            self.stats.requests_total += 1
-            self._cv.notify()
+        self._enqueue(job, closed="the decision engine is shut down")
         return job.future
 
     def score(self, request: DecisionRequest, timeout: float | None = None) -> DecisionResult:
@@ -221,20 +195,12 @@ class DecisionEngine:
     def busy_slots(self) -> int:
         return sum(1 for s in self._slots if s.state != "idle")
 
-    @property
-    def queue_depth(self) -> int:
-        return len(self._jobs)
-
     def close(self) -> None:
-        with self._cv:
-            if self._closing:
-                return
-            self._closing = True
-            self._cv.notify()
-        self._thread.join()
+        if not self._stop_loop():
+            return
         err = EngineClosedError("the decision engine shut down before this request finished")
         running = [s.job for s in self._slots if s.job is not None]
-        queued = [*self._jobs, *(job for job, _ in self._groups)]
+        queued = [*self._queue, *(job for job, _ in self._groups)]
         for job in {id(j): j for j in [*running, *queued]}.values():
             self._fail(job, err)
         self._batch.free()
@@ -248,32 +214,25 @@ class DecisionEngine:
         self.close()
 
     # ============================================================ decode loop
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._closing and not self._has_work():
-                    self._cv.wait()
-                if self._closing:
-                    return
-            try:
-                self._admit()
-                self._step()
-            except Exception as exc:  # never let the decode thread die silently
-                log.exception("decision step failed")
-                for job in {id(s.job): s.job for s in self._slots if s.job}.values():
-                    self._fail(job, exc)
+    def _tick(self) -> None:
+        self._admit()
+        self._step()
+
+    def _fail_all(self, exc: Exception) -> None:
+        for job in {id(s.job): s.job for s in self._slots if s.job}.values():
+            self._fail(job, exc)
 
     def _has_work(self) -> bool:
-        return bool(self._jobs or self._groups or self.busy_slots)
+        return bool(self._queue or self._groups or self.busy_slots)
 
     # ------------------------------------------------------------ admission
     def _admit(self) -> None:
         while True:
             if not self._groups:
                 with self._cv:
-                    if not self._jobs:
+                    if not self._queue:
                         return
-                    job = self._jobs.popleft()
+                    job = self._queue.popleft()
                 self._prepare(job)
                 continue
             job, tasks = self._groups[0]

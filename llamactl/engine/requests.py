@@ -1,0 +1,89 @@
+"""What callers hand the engine: its layout (`EngineConfig`) and requests, and its counters."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .types import SamplingParams
+
+__all__ = ["EngineConfig", "EngineStats", "GenerationRequest", "ReasoningSpec"]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the context is laid out; see docs/engine.md for what each choice trades."""
+
+    n_parallel: int = 4
+    n_ctx: int | None = None  # total KV positions; None: min(train ctx, 4096) per slot
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_threads: int | None = None
+    n_threads_batch: int | None = None
+    kv_unified: bool = False
+    flash_attn: bool = True
+    # KV cache element type. "auto": f16 (llama.cpp's default and its fastest kernels), with
+    # a companion row for every row llama.cpp would compute alone (see ubatch.py), so outputs
+    # never depend on company; bf16 for models whose memory cannot be trimmed (recurrent,
+    # hybrid, sliding-window), where a companion could not be taken back. bf16 and q8_0 take
+    # one kernel for every shape; plain f16 is exact only with its companions, which the
+    # engine adds whenever the KV streams are split.
+    kv_type: Literal["auto", "bf16", "f16", "q8_0"] = "auto"
+    max_queue: int = 0  # waiting requests beyond the slots; 0: unbounded
+    cache_prompt: bool = True  # reuse a slot's KV prefix for a new prompt
+    # RAM prompt cache in MiB: -1 no limit, 0 off; None: 8192, but off for decision models
+    cache_ram_mib: int | None = None
+    cache_idle_slots: bool = True  # save an idle slot's KV before a new request takes it
+    slot_prompt_similarity: float = 0.10  # prefer the idle slot sharing this much of a prompt
+    ctx_checkpoints: int = 32  # checkpoints per slot, for models that cannot trim their memory
+    checkpoint_min_step: int = 8192  # tokens between checkpoints (the last user message aside)
+    spec_types: tuple[str, ...] = ()  # speculators: ngram-simple, ngram-cache, draft-simple
+    model_draft: str | os.PathLike[str] | None = None  # GGUF of the draft-simple model
+    spec_draft_n_max: int = 3
+    spec_draft_n_min: int = 0
+    spec_draft_p_min: float = 0.0
+    spec_adaptive: bool = True  # cap drafts where their rows cost more than they should gain
+
+
+@dataclass(frozen=True)
+class ReasoningSpec:
+    """Lets the engine end a choice's reasoning on its own: after `budget` tokens, or when
+    asked (`Engine.end_reasoning`), it forces `end_tokens` next. Text markers tell it whether
+    a choice is reasoning; `open` says the prompt already opened the block."""
+
+    start: str
+    end: str
+    end_tokens: tuple[int, ...]
+    open: bool = False
+    budget: int | None = None  # reasoning tokens allowed; None: unlimited, 0: none at all
+
+
+@dataclass
+class GenerationRequest:
+    prompt: list[int]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    n: int = 1
+    logprobs: int | None = None  # None: none; 0: the chosen token's; k: also the top k
+    render_special: bool = False  # show control tokens (e.g. gpt-oss channels) in the text
+    ignore_eos: bool = False
+    cache_prompt: bool = True
+    reasoning: ReasoningSpec | None = None
+    # where user messages start in `prompt` (from the chat template's delimiters): the
+    # engine checkpoints there on models that cannot trim their memory
+    user_starts: tuple[int, ...] = ()
+
+
+@dataclass
+class EngineStats:
+    """Counters for /metrics and benchmarks (written by the decode thread only)."""
+
+    requests_total: int = 0
+    tokens_generated: int = 0
+    prompt_tokens_processed: int = 0
+    prompt_tokens_cached: int = 0
+    decode_calls: int = 0
+    decode_seconds: float = 0.0
+    checkpoints_made: int = 0

@@ -1,0 +1,72 @@
+"""One sequence of the chat engine's context and the generation running in it."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Literal
+
+from .detokenize import IncrementalDetokenizer
+from .prompt_cache import Checkpoint
+from .requests import GenerationRequest
+from .sampling import SamplerChain
+from .speculative import SeqState
+from .stops import StopMatcher
+from .stream import GenerationStream
+
+__all__ = ["Slot", "SlotState"]
+
+
+SlotState = Literal["idle", "waiting_parent", "prompt", "generating"]
+
+
+class Slot:
+    """One sequence of the context and the generation running in it."""
+
+    def __init__(self, seq_id: int) -> None:
+        self.seq_id = seq_id
+        self.state: SlotState = "idle"
+        self.kv_tokens: list[int] = []  # exactly what the KV cache holds for this sequence
+        self.checkpoints: list[Checkpoint] = []  # partial states, oldest first
+        self.saveable = False  # the KV is a finished completion's, not yet offered to the cache
+        self.last_used = 0.0
+        self._reset_job()
+
+    def _reset_job(self) -> None:
+        self.stream: GenerationStream | None = None
+        self.request: GenerationRequest | None = None
+        self.index = 0
+        self.children: list[Slot] = []
+        self.prompt_pos = 0  # next prompt token to decode
+        self.checkpoint_at: list[int] = []  # prompt positions to checkpoint at, ascending
+        self.pending: int | None = None  # sampled, not yet decoded
+        self.sampler: SamplerChain | None = None
+        # Without the grammar: used while the model reasons, so a JSON grammar constrains only
+        # the answer (None when the request has no grammar or no reasoning markers).
+        self.free_sampler: SamplerChain | None = None
+        self.detok: IncrementalDetokenizer | None = None
+        self.stops: StopMatcher | None = None
+        self.forced: deque[int] = deque()
+        self.generated: list[int] = []
+        self.cached = 0
+        self.t_start = self.t_prompt_done = 0.0
+        self.in_reasoning = False
+        self.reasoning_tokens = 0
+        self.marker_tail = ""  # recent text, to spot reasoning markers split over tokens
+        self.spec = SeqState()
+        self.draft_n = 0
+        self.draft_accepted = 0
+
+    @property
+    def busy(self) -> bool:
+        return self.state != "idle"
+
+    def free_samplers(self) -> None:
+        for chain in (self.sampler, self.free_sampler):
+            if chain is not None:
+                chain.free()
+
+    def active_sampler(self) -> SamplerChain:
+        """The grammar-free chain while reasoning (or draining forced tokens), else the main one."""
+        if self.free_sampler is not None and (self.in_reasoning or self.forced):
+            return self.free_sampler
+        return self.sampler
