@@ -196,10 +196,10 @@ def test_long_context_drafts_give_the_same_logits(model):
 def test_cost_aware_drafts_keep_the_tokens_and_stop_at_unprofitable_positions(model, baseline):
     with make(model, 4, ("ngram-simple",), spec_adaptive=True) as eng:
         assert [d.token_ids for d in run_all(eng, prompts(model))] == baseline["greedy"]
-        eng._timing.update(step=0.01, step_n=5, row=0.004, row_n=5)  # a row costs 0.4 step
-        assert eng._worth_drafting([0.9, 0.6, 0.45, 0.3], 4, 1) == 3
-        assert eng._worth_drafting([0.2, 0.1], 2, 1) == 0
-        assert eng._worth_drafting([0.2, 0.1], 2, 8) == 1  # a probe now and then
+        eng.drafting.timing.update(step=0.01, step_n=5, row=0.004, row_n=5)  # a row costs 0.4 step
+        assert eng.drafting.worth_drafting([0.9, 0.6, 0.45, 0.3], 4, 1) == 3
+        assert eng.drafting.worth_drafting([0.2, 0.1], 2, 1) == 0
+        assert eng.drafting.worth_drafting([0.2, 0.1], 2, 8) == 1  # a probe now and then
 
 
 def test_survival_follows_all_or_nothing_drafts():

@@ -26,29 +26,31 @@ from .context import (
     resolve_kv_type,
 )
 from .detokenize import IncrementalDetokenizer
+from .drafting import DraftPolicy
 from .errors import (
     ContextLengthError,
     EngineClosedError,
     InvalidRequestError,
     LlamactlError,
 )
+from .kv_reuse import SlotMemory
 from .loop import DecodeLoop
 from .model import Model
-from .prompt_cache import CacheEntry, Checkpoint, PromptCache, common_prefix, load_seq, save_seq
+from .output import OutputProcessor
+from .prompt_cache import PromptCache
 from .requests import EngineConfig, EngineStats, GenerationRequest, ReasoningSpec
-from .sampling import SamplerChain, check_grammar, token_logprobs
+from .sampling import SamplerChain, check_grammar
 from .slot import Slot
 from .speculative import (
     DraftModel,
     NgramCache,
     NgramSimple,
-    SeqState,
     Speculator,
     parse_spec_types,
 )
 from .stops import StopMatcher
 from .stream import GenerationStream
-from .types import Done, FinishReason, SamplingParams, TextDelta, Timings, Usage
+from .types import Done, SamplingParams, Timings, Usage
 from .ubatch import lone_rows
 
 __all__ = ["Engine", "EngineConfig", "EngineStats", "GenerationRequest", "ReasoningSpec"]
@@ -114,8 +116,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             self.kv_type,
         )
         self.cache = PromptCache(cache_mib, layout) if cache_mib != 0 else None
+        self.stats = EngineStats()
         self._draft_model: Model | None = None
-        self._timing = {"step": 0.0, "step_n": 0, "row": 0.0, "row_n": 0}
         try:
             self.speculators: list[Speculator] = self._make_speculators(config, threads)
         except BaseException:
@@ -127,6 +129,25 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         self._forces: deque[tuple[GenerationStream, list[int]]] = deque()
         self._taken_cancels: list[GenerationStream] = []
         self._taken_forces: list[tuple[GenerationStream, list[int]]] = []
+        self.memory = SlotMemory(
+            ctx,
+            config,
+            self.cache,
+            can_trim=self._can_trim,
+            stats=self.stats,
+            drafter=next((s for s in self.speculators if isinstance(s, DraftModel)), None),
+        )
+        self.output = OutputProcessor(
+            ctx,
+            model,
+            self.memory,
+            self.stats,
+            n_ctx_slot=self.n_ctx_slot,
+            speculating=bool(self.speculators),
+        )
+        self.drafting = DraftPolicy(
+            self.speculators, config, row_budget=self._row_budget, n_ctx_slot=self.n_ctx_slot
+        )
         self._start_loop(max_queue=config.max_queue, thread_name="llamactl-decode")
 
     def _make_speculators(self, config: EngineConfig, threads: int) -> list[Speculator]:
@@ -306,7 +327,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
                     )
             for slot in self._slots:
                 if slot.stream is stream:
-                    self._finish(slot, "cancelled")
+                    self.output.finish(slot, "cancelled")
 
     def _apply_forces(self, forces: list[tuple[GenerationStream, list[int]]]) -> None:
         """Explicit tokens go to every live choice; an empty list means "end reasoning"."""
@@ -317,13 +338,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
                 if tokens:
                     slot.forced.extend(tokens)
                 else:
-                    self._force_reasoning_end(slot)
-
-    def _force_reasoning_end(self, slot: Slot) -> None:
-        spec = slot.request.reasoning
-        if spec is not None and slot.in_reasoning and not slot.forced:
-            slot.forced.extend(spec.end_tokens)
-            slot.in_reasoning = False  # no second force while these tokens drain
+                    self.output.force_reasoning_end(slot)
 
     # ------------------------------------------------------------ admission
     def _admit(self) -> None:
@@ -340,30 +355,14 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             except Exception as exc:
                 stream._push(exc if isinstance(exc, LlamactlError) else LlamactlError(str(exc)))
 
-    def _pick_slot(self, prompt: list[int], use_cache: bool) -> tuple[Slot, int]:
-        """The free slot sharing the largest share of `prompt` (above the similarity
-        threshold), else the least recently used one."""
-        free = [s for s in self._slots if not s.busy]
-        best, best_lcp = None, 0
-        threshold = self.config.slot_prompt_similarity
-        if use_cache and threshold > 0:
-            for s in free:
-                lcp = common_prefix(s.kv_tokens, prompt)
-                if lcp > best_lcp and lcp / len(prompt) > threshold:
-                    best, best_lcp = s, lcp
-        if best is None:
-            best = min(free, key=lambda s: s.last_used)
-            best_lcp = common_prefix(best.kv_tokens, prompt) if use_cache else 0
-        return best, best_lcp
-
     def _start(self, stream: GenerationStream, req: GenerationRequest) -> None:
         use_cache = self.config.cache_prompt and req.cache_prompt
-        parent, lcp = self._pick_slot(req.prompt, use_cache)
+        parent, lcp = self.memory.pick(self._slots, req.prompt, use_cache)
         if self.cache is not None:
-            self._offer_to_cache(parent, lcp)
+            self.memory.offer(parent, lcp)
             if use_cache:
-                lcp = self._restore_from_cache(parent, req.prompt, lcp)
-        keep = self._reuse_prefix(parent, req.prompt, lcp if use_cache else 0)
+                lcp = self.memory.restore(parent, req.prompt, lcp)
+        keep = self.memory.reuse_prefix(parent, req.prompt, lcp if use_cache else 0)
         now = time.perf_counter()
         slots = [parent]
         for _ in range(req.n - 1):
@@ -371,15 +370,15 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
                 (s for s in self._slots if not s.busy and s not in slots), key=lambda s: s.last_used
             )
             if self.cache is not None:
-                self._offer_to_cache(child, 0, idle=True)
-            self._clear_kv(child)
+                self.memory.offer(child, 0, idle=True)
+            self.memory.clear(child)
             slots.append(child)
         if self.cache is not None and self.config.kv_unified and self.config.cache_idle_slots:
             # one KV buffer for all: idle slots go to the cache, freeing cells for this task
             for s in self._slots:
                 if not s.busy and s not in slots and s.kv_tokens:
-                    self._offer_to_cache(s, 0, idle=True)
-                    self._clear_kv(s)
+                    self.memory.offer(s, 0, idle=True)
+                    self.memory.clear(s)
         try:
             for i, slot in enumerate(slots):
                 sampling = req.sampling
@@ -404,147 +403,19 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             slot.saveable = False
             slot.in_reasoning = req.reasoning is not None and req.reasoning.open
             if slot.in_reasoning and req.reasoning.budget == 0:
-                self._force_reasoning_end(slot)
+                self.output.force_reasoning_end(slot)
             slot.state = "waiting_parent" if i else "prompt"
         parent.children = slots[1:]
         parent.prompt_pos = keep
         if self._checkpoints:
-            parent.checkpoint_at = self._checkpoint_positions(parent, req, keep)
+            parent.checkpoint_at = self.memory.checkpoint_positions(parent, req, keep)
         stream.cached_tokens = keep
         stream.admitted.set()
         self.stats.prompt_tokens_cached += keep
 
-    # ------------------------------------------------------------ prompt cache
-    def _offer_to_cache(self, slot: Slot, lcp: int, *, idle: bool = False) -> None:
-        """Save a finished completion's KV before a new request overwrites it (once): the
-        slot a request takes when the request keeps less than half of it (llama-server's
-        rule), and, with `cache_idle_slots`, other idle slots whose KV a request needs."""
-        if not slot.saveable or not slot.kv_tokens:
-            return
-        n = len(slot.kv_tokens)
-        if lcp >= n:  # the new prompt extends it: nothing is lost
-            return
-        if idle and not self.config.cache_idle_slots:
-            return
-        if not idle and lcp / n >= 0.5:
-            return
-        slot.saveable = False
-        if self.cache.contains(slot.kv_tokens):
-            return
-        state = save_seq(self._ctx, slot.seq_id)
-        if state is None:
-            return
-        entry = CacheEntry(list(slot.kv_tokens), state, self.cache.layout, list(slot.checkpoints))
-        drafter = self._drafter()
-        if drafter is not None and drafter.tokens[slot.seq_id]:
-            entry.draft_state = save_seq(drafter.ctx, slot.seq_id)
-            if entry.draft_state is not None:
-                entry.draft_tokens = list(drafter.tokens[slot.seq_id])
-        if self.cache.add(entry):
-            log.debug("prompt cache: saved %d tokens of slot %d", n, slot.seq_id)
-
-    def _restore_from_cache(self, slot: Slot, prompt: list[int], lcp: int) -> int:
-        """Load the cached state that serves `prompt` better than the slot's own KV;
-        return the new common prefix."""
-        entry = self.cache.take(prompt, lcp, len(slot.kv_tokens))
-        if entry is None:
-            return lcp
-        self._clear_kv(slot)
-        if not load_seq(self._ctx, slot.seq_id, entry.state):
-            log.warning("prompt cache: llama.cpp refused a saved state; decoding instead")
-            self._clear_kv(slot)
-            return 0
-        slot.kv_tokens = list(entry.tokens)
-        slot.checkpoints = list(entry.checkpoints)
-        drafter = self._drafter()
-        if drafter is not None and entry.draft_state is not None:
-            drafter.clear(slot.seq_id)
-            if load_seq(drafter.ctx, slot.seq_id, entry.draft_state):
-                drafter.tokens[slot.seq_id] = list(entry.draft_tokens)
-            else:
-                drafter.clear(slot.seq_id)
-        lcp = common_prefix(entry.tokens, prompt)
-        self.cache.stats.tokens_restored += lcp
-        log.debug("prompt cache: restored %d tokens into slot %d", len(entry.tokens), slot.seq_id)
-        return lcp
-
-    # ------------------------------------------------------------ checkpoints
-    def _checkpoint_positions(self, slot: Slot, req: GenerationRequest, keep: int) -> list[int]:
-        """Where to stop prompt chunks and checkpoint: before the last user message, before
-        earlier ones `checkpoint_min_step` apart, and 4 tokens before the prompt's end."""
-        n = len(req.prompt)
-        step = self.config.checkpoint_min_step
-        last = slot.checkpoints[-1].n_tokens if slot.checkpoints else None
-        starts = [p for p in req.user_starts if 0 < p < n]
-        out: list[int] = []
-        for p in starts:
-            if p <= keep:
-                continue
-            if p == starts[-1] or last is None or p - last >= step:
-                out.append(p)
-                last = p
-        near_end = n - 4
-        if near_end > keep and near_end > (out[-1] if out else 0):
-            out.append(near_end)
-        return out
-
-    def _make_checkpoint(self, slot: Slot) -> None:
-        n = len(slot.kv_tokens)
-        if any(c.n_tokens == n for c in slot.checkpoints):
-            return
-        if llama_cpp.llama_memory_seq_pos_min(self._mem, slot.seq_id) < 0:
-            return
-        data = save_seq(self._ctx, slot.seq_id, partial=True)
-        if data is None:
-            return
-        while len(slot.checkpoints) >= self.config.ctx_checkpoints:
-            slot.checkpoints.pop(0)
-        slot.checkpoints.append(Checkpoint(n, data))
-        self.stats.checkpoints_made += 1
-
     def _piece_fn(self, special: bool) -> Callable[[int], bytes]:
         model = self.model
         return lambda t: model.token_bytes(t, special=special)
-
-    def _reuse_prefix(self, slot: Slot, prompt: list[int], lcp: int) -> int:
-        """Trim the slot's KV to the shared prefix; return how many prompt tokens it keeps.
-
-        At least the last prompt token is always decoded again: its logits are needed.
-        """
-        keep = min(lcp, len(prompt) - 1)
-        if keep <= 0:
-            self._clear_kv(slot)
-            return 0
-        if keep < len(slot.kv_tokens):
-            if not self._can_trim:  # roll the recurrent state back to a checkpoint
-                keep = self._rollback(slot, keep)
-                if keep == 0:
-                    return 0
-            elif not llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, keep, -1):
-                self._clear_kv(slot)
-                return 0
-            del slot.kv_tokens[keep:]
-        return keep
-
-    def _rollback(self, slot: Slot, keep: int) -> int:
-        """Restore the latest checkpoint at or before `keep` and trim the attention KV after
-        it; return the tokens kept (0: the slot was cleared)."""
-        usable = [c for c in slot.checkpoints if 0 < c.n_tokens <= keep]
-        if usable:
-            cp = usable[-1]
-            if load_seq(self._ctx, slot.seq_id, cp.data, partial=True) and (
-                llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, cp.n_tokens, -1)
-            ):
-                slot.checkpoints = [c for c in slot.checkpoints if c.n_tokens <= cp.n_tokens]
-                return cp.n_tokens
-        self._clear_kv(slot)
-        return 0
-
-    def _clear_kv(self, slot: Slot) -> None:
-        llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
-        slot.kv_tokens = []
-        slot.checkpoints = []
-        slot.saveable = False
 
     # ------------------------------------------------------------ one step
     def _step(self) -> None:
@@ -554,7 +425,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         batch.clear()
         sample_rows: list[tuple[Slot, int]] = []
         # 1. one token for every generating slot (they were admitted first), and its draft
-        drafts = self._drafts() if self.speculators else {}
+        drafts = self.drafting.drafts(self._slots) if self.speculators else {}
         verify: list[tuple[Slot, list[int], list[int], Speculator]] = []
         for slot in self._slots:
             if slot.state == "generating" and slot.pending is not None:
@@ -608,7 +479,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         if slot.checkpoint_at:
             while slot.checkpoint_at and slot.checkpoint_at[0] <= slot.prompt_pos:
                 if slot.checkpoint_at.pop(0) == slot.prompt_pos:
-                    self._make_checkpoint(slot)
+                    self.memory.checkpoint(slot)
             if slot.checkpoint_at:
                 end = slot.checkpoint_at[0]
         return end
@@ -643,7 +514,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         self.stats.decode_calls += 1
         self.stats.decode_seconds += elapsed
         if self.speculators and not prompt_chunks:
-            self._time_step(elapsed, sum(len(v[2]) for v in verify))
+            self.drafting.time_step(elapsed, sum(len(v[2]) for v in verify))
         # 3. book-keeping: what the KV now holds
         for slot, take in prompt_chunks:
             prompt = slot.request.prompt
@@ -659,12 +530,12 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
                 slot.t_prompt_done = now
                 slot.state = "generating"
                 for child in slot.children:
-                    self._fork(slot, child, now)
+                    self.memory.fork(slot, child, now)
         # 4. sample every slot from its own row; drafted slots row after row
         for slot, row in sample_rows:
             for target in [slot, *slot.children] if slot.children else [slot]:
                 if target.state == "generating" and target.pending is None:
-                    self._sample(target, row)
+                    self.output.sample(target, row)
             slot.children = []
         for slot, rows, draft, spec in verify:
             self._verify(slot, rows, draft, spec)
@@ -696,108 +567,6 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         log.warning("a row is decoded alone: its logits may differ from a batched run")
         return added
 
-    # ------------------------------------------------------------ speculation
-    def _drafts(self) -> dict[int, tuple[Speculator, list[int]]]:
-        """A draft for each generating slot whose best speculator expects to gain tokens."""
-        live = [s for s in self._slots if s.state == "generating" and s.pending is not None]
-        budget = self._row_budget - len(live)
-        n_min = max(1, self.config.spec_draft_n_min)
-        out: dict[int, tuple[Speculator, list[int]]] = {}
-        model_jobs: list[tuple[Slot, list[int], int]] = []
-        drafter: DraftModel | None = None
-        for slot in live:
-            if slot.forced:
-                continue
-            req = slot.request
-            n_max = min(self.config.spec_draft_n_max, budget)
-            n_max = min(n_max, self.n_ctx_slot - len(slot.kv_tokens) - 2)
-            if req.max_tokens is not None:
-                n_max = min(n_max, req.max_tokens - len(slot.generated) - 1)
-            if n_max < n_min:
-                continue
-            history = [*slot.kv_tokens, slot.pending]
-            best: Speculator | None = None
-            best_draft: list[int] = []
-            best_gain = 0.0
-            slot.spec.rounds += 1
-            for spec in self.speculators:
-                survival = self._scaled_survival(spec, slot.spec, n_max)
-                n = self._worth_drafting(survival, n_max, slot.spec.rounds)
-                if n < n_min:
-                    continue
-                if isinstance(spec, DraftModel):
-                    draft, gain = [], sum(survival[:n])
-                else:
-                    draft = spec.draft(slot.spec, history, n)
-                    gain = sum(survival[: len(draft)]) if len(draft) >= n_min else 0.0
-                if gain > best_gain:
-                    best, best_draft, best_gain = spec, draft, gain
-                    if isinstance(spec, DraftModel):
-                        n_model = n
-            if best is None:
-                continue
-            if isinstance(best, DraftModel):
-                drafter = best
-                model_jobs.append((slot, history, n_model))
-                budget -= n_model
-            else:
-                out[slot.seq_id] = (best, best_draft)
-                budget -= len(best_draft)
-        if drafter is not None:
-            made = drafter.draft_many([(s.seq_id, h, n) for s, h, n in model_jobs])
-            for slot, _, _ in model_jobs:
-                draft = made.get(slot.seq_id, [])
-                if len(draft) >= n_min:
-                    out[slot.seq_id] = (drafter, draft)
-        return out
-
-    def _drafter(self) -> DraftModel | None:
-        return next((s for s in self.speculators if isinstance(s, DraftModel)), None)
-
-    @staticmethod
-    def _scaled_survival(spec: Speculator, seq: SeqState, n: int) -> list[float]:
-        """The speculator's per-position survival, scaled by how this request's drafts fare
-        against its overall record (expected accepted tokens = the sum over the draft)."""
-        survival = spec.survival(n)
-        g = spec.stats
-        overall = (g.accepted + 1) / (g.drafted + 2)
-        scale = spec.rate(seq) / overall
-        return [min(1.0, p * scale) for p in survival]
-
-    def _worth_drafting(self, survival: list[float], n_max: int, rounds: int) -> int:
-        """How many draft tokens pay for their rows: position i is kept with probability
-        survival[i] and costs `row_cost` of a step (a share measured on this machine: near 0
-        where decoding is memory-bound, much of a step on a small CPU). A speculator too poor
-        to draft still gets a one-token probe every 8 rounds, so its record can recover."""
-        if not self.config.spec_adaptive:
-            return n_max
-        cost = self._row_cost()
-        n = 0
-        while n < n_max and survival[n] > cost:
-            n += 1
-        if n == 0 and rounds % 8 == 0:
-            return 1
-        return n
-
-    def _row_cost(self) -> float:
-        """Cost of one more row in a generation step, as a share of the step (prior 0.3)."""
-        t = self._timing
-        if t["step_n"] < 3 or t["row_n"] < 3:
-            return 0.3
-        return min(0.95, max(0.01, t["row"] / max(t["step"], 1e-6)))
-
-    def _time_step(self, seconds: float, n_draft_rows: int) -> None:
-        """Follow a generation-only step's decode time (EMA): plain steps give the step cost,
-        steps with drafts the marginal cost of a draft row."""
-        t = self._timing
-        if n_draft_rows == 0:
-            t["step"] = seconds if t["step_n"] == 0 else 0.8 * t["step"] + 0.2 * seconds
-            t["step_n"] += 1
-        elif t["step_n"]:
-            row = max(0.0, seconds - t["step"]) / n_draft_rows
-            t["row"] = row if t["row_n"] == 0 else 0.8 * t["row"] + 0.2 * row
-            t["row_n"] += 1
-
     def _verify(self, slot: Slot, rows: list[int], draft: list[int], spec: Speculator) -> None:
         """Sample the target at the pending token's row and each draft row in turn; keep the
         draft up to the first token the target did not sample, drop the rest from the KV."""
@@ -807,7 +576,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         slot.draft_n += len(draft)
         accepted = 0
         for i, row in enumerate(rows):
-            self._sample(slot, row)
+            self.output.sample(slot, row)
             if slot.state != "generating" or slot.pending is None:
                 break  # finished (stop, length, end of generation)
             if i < len(draft) and slot.pending == draft[i]:
@@ -818,113 +587,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
                 continue
             break
         spec.record(seq, len(draft), accepted)
-        llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, len(slot.kv_tokens), -1)
-
-    def _fork(self, parent: Slot, child: Slot, now: float) -> None:
-        """Give a child a copy of the parent's decoded prompt (decoded once, shared)."""
-        llama_cpp.llama_memory_seq_cp(self._mem, parent.seq_id, child.seq_id, -1, -1)
-        child.kv_tokens = list(parent.kv_tokens)
-        child.prompt_pos = parent.prompt_pos
-        child.t_prompt_done = now
-        child.state = "generating"
-
-    def _sample(self, slot: Slot, row: int) -> None:
-        req = slot.request
-        chain = slot.active_sampler()
-        if slot.forced:
-            token = slot.forced.popleft()
-            if chain is not slot.sampler or not req.sampling.grammar:
-                chain.accept(token)  # a grammar may not accept a forced token: never feed it one
-        else:
-            token = chain.sample(self._ctx, row)
-        slot.generated.append(token)
-        self.stats.tokens_generated += 1
-        logprobs = ()
-        if req.logprobs is not None:
-            logprobs = (
-                token_logprobs(
-                    self._ctx, row, self.model.n_vocab, token, req.logprobs, self.model.token_text
-                ),
-            )
-        if self.model.is_eog(token) and not req.ignore_eos:
-            self._emit(slot, slot.detok.flush() + slot.stops.flush(), (token,), logprobs)
-            self._finish(slot, "stop")
-            return
-        piece = slot.detok.push(token)
-        if req.reasoning is not None:
-            self._track_reasoning(slot, piece)
-        text, stop = slot.stops.push(piece)
-        if stop is not None:
-            self._emit(slot, text, (token,), logprobs)
-            self._finish(slot, "stop", stop)
-            return
-        self._emit(slot, text, (token,), logprobs)
-        if req.max_tokens is not None and len(slot.generated) >= req.max_tokens:
-            self._emit(slot, slot.detok.flush() + slot.stops.flush(), (), ())
-            self._finish(slot, "length")
-            return
-        if len(slot.kv_tokens) >= self.n_ctx_slot:  # no position left to decode it at
-            self._emit(slot, slot.detok.flush() + slot.stops.flush(), (), ())
-            self._finish(slot, "length")
-            return
-        slot.pending = token
-
-    def _track_reasoning(self, slot: Slot, piece: str) -> None:
-        """Follow the reasoning markers in the output and enforce the budget."""
-        spec = slot.request.reasoning
-        tail = (slot.marker_tail + piece)[-(len(spec.start) + len(spec.end) + 16) :]
-        forcing = bool(slot.forced)
-        if slot.in_reasoning or forcing:
-            if spec.end in tail:
-                slot.in_reasoning = False
-                tail = tail[tail.rindex(spec.end) + len(spec.end) :]
-            elif slot.in_reasoning:
-                slot.reasoning_tokens += 1
-                if spec.budget is not None and slot.reasoning_tokens >= spec.budget:
-                    self._force_reasoning_end(slot)
-        elif spec.start in tail:
-            slot.in_reasoning = True
-            tail = tail[tail.rindex(spec.start) + len(spec.start) :]
-            if spec.budget == 0:
-                self._force_reasoning_end(slot)
-        slot.marker_tail = tail
-
-    def _emit(self, slot: Slot, text: str, tokens: tuple[int, ...], logprobs: tuple) -> None:
-        if text or logprobs:
-            slot.stream._push(TextDelta(text, tokens, logprobs, slot.index))
-
-    def _finish(self, slot: Slot, reason: FinishReason, stop: str | None = None) -> None:
-        """End the slot's generation; the slot is idle before its `Done` is delivered, so a
-        caller that sees `Done` can count on the slot being free."""
-        now = time.perf_counter()
-        req, stream, index = slot.request, slot.stream, slot.index
-        for child in slot.children:  # a parent ended before its prompt finished takes them along
-            self._finish(child, reason)
-        done = None
-        if stream is not None and req is not None:
-            prompt_done = slot.t_prompt_done or now
-            shared = index > 0  # a child: the parent decoded the prompt for it
-            timings = Timings(
-                prompt_n=0 if shared else len(req.prompt) - slot.cached,
-                prompt_ms=0.0 if shared else (prompt_done - slot.t_start) * 1000.0,
-                predicted_n=len(slot.generated),
-                predicted_ms=(now - prompt_done) * 1000.0 if slot.t_prompt_done else 0.0,
-                cache_n=slot.cached,
-                draft_n=slot.draft_n if self.speculators else None,
-                draft_n_accepted=slot.draft_accepted if self.speculators else None,
-            )
-            usage = Usage(len(req.prompt), slot.cached, len(slot.generated), slot.reasoning_tokens)
-            done = Done(reason, usage, timings, stop, tuple(slot.generated), index)
-        slot.free_samplers()
-        if index > 0 or slot.state == "waiting_parent":
-            self._clear_kv(slot)  # children share their parent's prompt: never cached
-        else:
-            slot.saveable = self.cache is not None and req is not None and req.cache_prompt
-        slot.last_used = now
-        slot._reset_job()
-        slot.state = "idle"
-        if done is not None:
-            stream._push(done)
+        self.memory.trim(slot, len(slot.kv_tokens))
 
     def _decode_failed(self, rc: int, sample_rows, prompt_chunks) -> None:
         """A failed decode leaves the batch's sequences in an unknown state: end them."""
@@ -933,10 +596,10 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         for slot in involved.values():
             stream = slot.stream
             for child in slot.children:
-                self._clear_kv(child)
+                self.memory.clear(child)
                 child._reset_job()
                 child.state = "idle"
-            self._clear_kv(slot)
+            self.memory.clear(slot)
             slot._reset_job()
             slot.state = "idle"
             if stream is not None:
@@ -947,7 +610,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         for slot in self._slots:
             if slot.stream is not None:
                 slot.stream._push(err)
-                self._clear_kv(slot)
+                self.memory.clear(slot)
                 slot._reset_job()
                 slot.state = "idle"
 

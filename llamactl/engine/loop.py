@@ -24,7 +24,9 @@ Item = TypeVar("Item")
 
 class DecodeLoop(Generic[Item]):
     """Subclasses say what work is (`_has_work`), do one round of it (`_tick`) and end every
-    open request when a round fails (`_fail_all`)."""
+    open request when a round fails (`_fail_all`); they set `stats` before starting."""
+
+    stats: EngineStats
 
     def _start_loop(self, *, max_queue: int, thread_name: str) -> None:
         self._max_queue = max_queue
@@ -32,7 +34,6 @@ class DecodeLoop(Generic[Item]):
         self._cv = threading.Condition()
         self._closing = False
         self._draining = False  # a shutdown under way: running requests finish, no new ones
-        self.stats = EngineStats()
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
         self._thread.start()
 

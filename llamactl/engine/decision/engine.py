@@ -31,6 +31,7 @@ from llamactl.engine.errors import (
     LlamactlError,
 )
 from llamactl.engine.loop import DecodeLoop
+from llamactl.engine.requests import EngineStats
 
 from .loader import DecisionModel
 from .media import MediaSet, MediaUnit
@@ -136,6 +137,7 @@ class DecisionEngine(DecodeLoop["_Job"]):
         self._batch = Batch(self.n_batch)
         self._slots = [_Slot(i) for i in range(config.n_parallel)]
         self._groups: deque[tuple[_Job, list[Task]]] = deque()
+        self.stats = EngineStats()
         self._start_loop(max_queue=config.max_queue, thread_name="llamactl-decide")
 
     # ================================================================ public API

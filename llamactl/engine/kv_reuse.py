@@ -1,0 +1,199 @@
+"""What each slot's KV holds and how a new prompt reuses it: the longest shared prefix of a
+free slot, states saved to and restored from the RAM prompt cache, and checkpoints for models
+whose memory cannot be trimmed (recurrent and hybrid layers are rolled back to one).
+
+Everything here runs on the decode thread.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import llama_cpp
+
+from .prompt_cache import CacheEntry, Checkpoint, PromptCache, common_prefix, load_seq, save_seq
+from .requests import EngineConfig, EngineStats, GenerationRequest
+from .slot import Slot
+from .speculative import DraftModel
+
+__all__ = ["SlotMemory"]
+
+log = logging.getLogger("llamactl.engine")
+
+
+class SlotMemory:
+    """The KV side of the chat engine's slots (one llama.cpp sequence each)."""
+
+    def __init__(
+        self,
+        ctx: llama_cpp.llama_context_p,
+        config: EngineConfig,
+        cache: PromptCache | None,
+        *,
+        can_trim: bool,
+        stats: EngineStats,
+        drafter: DraftModel | None,
+    ) -> None:
+        self._ctx = ctx
+        self._mem = llama_cpp.llama_get_memory(ctx)
+        self.config = config
+        self.cache = cache
+        self._can_trim = can_trim
+        self.stats = stats
+        self.drafter = drafter  # its sequences follow the target's through the cache
+
+    def trim(self, slot: Slot, n: int) -> None:
+        """Drop the slot's KV from position `n` on (rejected drafts, companion rows)."""
+        llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, n, -1)
+
+    def pick(self, slots: list[Slot], prompt: list[int], use_cache: bool) -> tuple[Slot, int]:
+        """The free slot sharing the largest share of `prompt` (above the similarity
+        threshold), else the least recently used one."""
+        free = [s for s in slots if not s.busy]
+        best, best_lcp = None, 0
+        threshold = self.config.slot_prompt_similarity
+        if use_cache and threshold > 0:
+            for s in free:
+                lcp = common_prefix(s.kv_tokens, prompt)
+                if lcp > best_lcp and lcp / len(prompt) > threshold:
+                    best, best_lcp = s, lcp
+        if best is None:
+            best = min(free, key=lambda s: s.last_used)
+            best_lcp = common_prefix(best.kv_tokens, prompt) if use_cache else 0
+        return best, best_lcp
+
+    # ------------------------------------------------------------ prompt cache
+    def offer(self, slot: Slot, lcp: int, *, idle: bool = False) -> None:
+        """Save a finished completion's KV before a new request overwrites it (once): the
+        slot a request takes when the request keeps less than half of it (llama-server's
+        rule), and, with `cache_idle_slots`, other idle slots whose KV a request needs."""
+        if not slot.saveable or not slot.kv_tokens:
+            return
+        n = len(slot.kv_tokens)
+        if lcp >= n:  # the new prompt extends it: nothing is lost
+            return
+        if idle and not self.config.cache_idle_slots:
+            return
+        if not idle and lcp / n >= 0.5:
+            return
+        slot.saveable = False
+        if self.cache.contains(slot.kv_tokens):
+            return
+        state = save_seq(self._ctx, slot.seq_id)
+        if state is None:
+            return
+        entry = CacheEntry(list(slot.kv_tokens), state, self.cache.layout, list(slot.checkpoints))
+        drafter = self.drafter
+        if drafter is not None and drafter.tokens[slot.seq_id]:
+            entry.draft_state = save_seq(drafter.ctx, slot.seq_id)
+            if entry.draft_state is not None:
+                entry.draft_tokens = list(drafter.tokens[slot.seq_id])
+        if self.cache.add(entry):
+            log.debug("prompt cache: saved %d tokens of slot %d", n, slot.seq_id)
+
+    def restore(self, slot: Slot, prompt: list[int], lcp: int) -> int:
+        """Load the cached state that serves `prompt` better than the slot's own KV;
+        return the new common prefix."""
+        entry = self.cache.take(prompt, lcp, len(slot.kv_tokens))
+        if entry is None:
+            return lcp
+        self.clear(slot)
+        if not load_seq(self._ctx, slot.seq_id, entry.state):
+            log.warning("prompt cache: llama.cpp refused a saved state; decoding instead")
+            self.clear(slot)
+            return 0
+        slot.kv_tokens = list(entry.tokens)
+        slot.checkpoints = list(entry.checkpoints)
+        drafter = self.drafter
+        if drafter is not None and entry.draft_state is not None:
+            drafter.clear(slot.seq_id)
+            if load_seq(drafter.ctx, slot.seq_id, entry.draft_state):
+                drafter.tokens[slot.seq_id] = list(entry.draft_tokens)
+            else:
+                drafter.clear(slot.seq_id)
+        lcp = common_prefix(entry.tokens, prompt)
+        self.cache.stats.tokens_restored += lcp
+        log.debug("prompt cache: restored %d tokens into slot %d", len(entry.tokens), slot.seq_id)
+        return lcp
+
+    # ------------------------------------------------------------ checkpoints
+    def checkpoint_positions(self, slot: Slot, req: GenerationRequest, keep: int) -> list[int]:
+        """Where to stop prompt chunks and checkpoint: before the last user message, before
+        earlier ones `checkpoint_min_step` apart, and 4 tokens before the prompt's end."""
+        n = len(req.prompt)
+        step = self.config.checkpoint_min_step
+        last = slot.checkpoints[-1].n_tokens if slot.checkpoints else None
+        starts = [p for p in req.user_starts if 0 < p < n]
+        out: list[int] = []
+        for p in starts:
+            if p <= keep:
+                continue
+            if p == starts[-1] or last is None or p - last >= step:
+                out.append(p)
+                last = p
+        near_end = n - 4
+        if near_end > keep and near_end > (out[-1] if out else 0):
+            out.append(near_end)
+        return out
+
+    def checkpoint(self, slot: Slot) -> None:
+        n = len(slot.kv_tokens)
+        if any(c.n_tokens == n for c in slot.checkpoints):
+            return
+        if llama_cpp.llama_memory_seq_pos_min(self._mem, slot.seq_id) < 0:
+            return
+        data = save_seq(self._ctx, slot.seq_id, partial=True)
+        if data is None:
+            return
+        while len(slot.checkpoints) >= self.config.ctx_checkpoints:
+            slot.checkpoints.pop(0)
+        slot.checkpoints.append(Checkpoint(n, data))
+        self.stats.checkpoints_made += 1
+
+    def reuse_prefix(self, slot: Slot, prompt: list[int], lcp: int) -> int:
+        """Trim the slot's KV to the shared prefix; return how many prompt tokens it keeps.
+
+        At least the last prompt token is always decoded again: its logits are needed.
+        """
+        keep = min(lcp, len(prompt) - 1)
+        if keep <= 0:
+            self.clear(slot)
+            return 0
+        if keep < len(slot.kv_tokens):
+            if not self._can_trim:  # roll the recurrent state back to a checkpoint
+                keep = self._rollback(slot, keep)
+                if keep == 0:
+                    return 0
+            elif not llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, keep, -1):
+                self.clear(slot)
+                return 0
+            del slot.kv_tokens[keep:]
+        return keep
+
+    def _rollback(self, slot: Slot, keep: int) -> int:
+        """Restore the latest checkpoint at or before `keep` and trim the attention KV after
+        it; return the tokens kept (0: the slot was cleared)."""
+        usable = [c for c in slot.checkpoints if 0 < c.n_tokens <= keep]
+        if usable:
+            cp = usable[-1]
+            if load_seq(self._ctx, slot.seq_id, cp.data, partial=True) and (
+                llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, cp.n_tokens, -1)
+            ):
+                slot.checkpoints = [c for c in slot.checkpoints if c.n_tokens <= cp.n_tokens]
+                return cp.n_tokens
+        self.clear(slot)
+        return 0
+
+    def clear(self, slot: Slot) -> None:
+        llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
+        slot.kv_tokens = []
+        slot.checkpoints = []
+        slot.saveable = False
+
+    def fork(self, parent: Slot, child: Slot, now: float) -> None:
+        """Give a child a copy of the parent's decoded prompt (decoded once, shared)."""
+        llama_cpp.llama_memory_seq_cp(self._mem, parent.seq_id, child.seq_id, -1, -1)
+        child.kv_tokens = list(parent.kv_tokens)
+        child.prompt_pos = parent.prompt_pos
+        child.t_prompt_done = now
+        child.state = "generating"
