@@ -31,7 +31,7 @@ else:  # pragma: no cover - Python 3.10
 
 ENV_PREFIX = "LLAMACTL_"
 FlashAttn = Literal["auto", "on", "off"]
-KvType = Literal["bf16", "f16", "q8_0"]
+KvType = Literal["auto", "bf16", "f16", "q8_0"]
 SourceKind = Literal["default", "file", "env", "cli"]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -98,7 +98,7 @@ class Settings:
     alias: str | None = None
     kv_unified: bool = False
     flash_attn: FlashAttn = "on"
-    cache_type: KvType = "bf16"  # KV cache element type (bf16 keeps outputs batch-invariant)
+    cache_type: KvType = "auto"  # KV element type; auto: f16 with companion rows (exact), else bf16
     # Prompt cache, checkpoints, speculative decoding (serve)
     cache_ram: int | None = None  # MiB; -1 no limit, 0 off; None: 8192 (off for decision models)
     cache_idle_slots: bool = True
