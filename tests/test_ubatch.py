@@ -17,7 +17,7 @@ import pytest
 from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
 from llamactl.engine.model import Model
 from llamactl.engine.types import SamplingParams, TextDelta
-from llamactl.engine.ubatch import lone_rows, split
+from llamactl.engine.ubatch import lone_rows, plan_companions, split
 from llamactl.models import embedded_model_path
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -53,6 +53,39 @@ def test_lone_rows_only_count_past_256_cells():
     assert lone_rows([0], [256], 512, streams=False) == [0]
     assert lone_rows([0, 1], [300, 300], 512, streams=True) == []
     assert lone_rows([0, 2], [300, 10], 512, streams=True) == [0]
+
+
+def _plan(seqs, pos, *, n_seqs=4, kv=None, streams=True, n_ubatch=512):
+    kv = kv or {}
+    return plan_companions(
+        seqs, pos, n_ubatch, streams=streams, n_seqs=n_seqs, next_pos=lambda s: kv.get(s, 0), room=8
+    )
+
+
+def test_a_lone_row_gets_the_next_sequence_as_companion_when_that_one_is_shorter():
+    assert _plan([1], [300], kv={2: 10}) == [(2, 10)]
+    after = _plan([1], [300], kv={2: 10})
+    assert lone_rows([1, 2], [300, 10], 512, streams=True) == []
+    assert after
+
+
+def test_a_lone_row_of_the_last_slot_or_one_stream_takes_its_own_next_position():
+    assert _plan([3], [300]) == [(3, 301)]
+    assert _plan([0], [300], streams=False, n_seqs=1) == [(0, 301)]
+    assert _plan([1], [300], kv={2: 400}) == [(1, 301)]  # the neighbour holds more cells
+
+
+def test_no_companion_where_no_row_is_alone():
+    assert _plan([0, 1], [300, 300]) == []
+    assert _plan([0], [100]) == []
+
+
+def test_every_lone_row_is_settled():
+    seqs, pos = [0, 2, 2], [300, 400, 401]  # seq 0 alone; seq 2's two rows together
+    plan = _plan(seqs, pos, kv={1: 0, 3: 0})
+    grown_s = seqs + [s for s, _ in plan]
+    grown_p = pos + [p for _, p in plan]
+    assert [r for r in lone_rows(grown_s, grown_p, 512, streams=True) if r < 3] == []
 
 
 # ------------------------------------------------------------------ the real engine

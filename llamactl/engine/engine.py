@@ -51,7 +51,7 @@ from .speculative import (
 from .stops import StopMatcher
 from .stream import GenerationStream
 from .types import Done, SamplingParams, Timings, Usage
-from .ubatch import lone_rows
+from .ubatch import plan_companions
 
 __all__ = ["Engine", "EngineConfig", "EngineStats", "GenerationRequest", "ReasoningSpec"]
 
@@ -541,31 +541,21 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             self._verify(slot, rows, draft, spec)
 
     def _add_companions(self, batch: Batch) -> list[tuple[int, int]]:
-        """Give every row llama.cpp would compute alone a companion of its own sequence
-        (see ubatch.py); return the (sequence, position) of each, to remove after decoding."""
-        added: list[tuple[int, int]] = []
-        real = batch.n_tokens
-        for _ in range(4):  # a companion changes the split: look again (twice is the most seen)
-            lone = [
-                r
-                for r in lone_rows(
-                    batch.seq_ids, batch.positions, self.n_ubatch, streams=self._split_streams
-                )
-                if r < real
-            ]
-            if not lone:
-                return added
-            for row in lone:
-                if batch.free_rows == 0:
-                    break
-                seq = batch.seq_ids[row]
-                pos = 1 + max(
-                    p for s, p in zip(batch.seq_ids, batch.positions, strict=True) if s == seq
-                )
-                batch.add(batch.raw.token[row], pos, seq, False)
-                added.append((seq, pos))
-        log.warning("a row is decoded alone: its logits may differ from a batched run")
-        return added
+        """Give every row llama.cpp would compute alone a companion (see ubatch.py); return
+        the (sequence, position) of each, to remove after decoding."""
+        plan = plan_companions(
+            batch.seq_ids,
+            batch.positions,
+            self.n_ubatch,
+            streams=self._split_streams,
+            n_seqs=self.config.n_parallel,
+            next_pos=lambda seq: llama_cpp.llama_memory_seq_pos_max(self._mem, seq) + 1,
+            room=batch.free_rows,
+        )
+        token = batch.raw.token[0]
+        for seq, pos in plan:
+            batch.add(token, pos, seq, False)
+        return plan
 
     def _verify(self, slot: Slot, rows: list[int], draft: list[int], spec: Speculator) -> None:
         """Sample the target at the pending token's row and each draft row in turn; keep the

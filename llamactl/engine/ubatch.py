@@ -15,9 +15,9 @@ the prediction against llama.cpp itself (a lone row's logits with and without a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-__all__ = ["LONE_KERNEL_CELLS", "lone_rows", "split"]
+__all__ = ["LONE_KERNEL_CELLS", "lone_rows", "plan_companions", "split"]
 
 # The split-over-keys kernel is taken from this many cells in the attention view. The view is
 # the stream's used cells padded to 256, so it reaches 512 once a sequence passes 256 cells.
@@ -73,6 +73,48 @@ def lone_rows(
         if len(rows) == 1 and _view_cells(positions[rows[0]] + 1) >= LONE_KERNEL_CELLS:
             lone.append(rows[0])
     return lone
+
+
+def plan_companions(
+    seq_ids: Sequence[int],
+    positions: Sequence[int],
+    n_ubatch: int,
+    *,
+    streams: bool,
+    n_seqs: int,
+    next_pos: Callable[[int], int],
+    room: int,
+) -> list[tuple[int, int]]:
+    """Rows (sequence, position) to append so that no row of the batch is computed alone.
+
+    A lone row of sequence s is best joined by a row of the next sequence s + 1 when that one
+    has no row in the batch and a shorter KV (its companion attends over its own few cells:
+    cheaper than a second row over the lone sequence's many); else by a row of s itself, one
+    position past its last. `next_pos(seq)`: the position a sequence not in the batch would
+    take next. At most `room` rows are added; the split is checked again after each round.
+    """
+    seqs, pos = list(seq_ids), list(positions)
+    real = len(seqs)
+    added: list[tuple[int, int]] = []
+    tried_neighbour: set[int] = set()
+    for _ in range(4):  # a companion changes the split: look again (twice is the most seen)
+        lone = [r for r in lone_rows(seqs, pos, n_ubatch, streams=streams) if r < real]
+        if not lone:
+            return added
+        for row in lone:
+            if len(added) >= room:
+                return added
+            seq = seqs[row]
+            host, at = seq, 1 + max(p for s, p in zip(seqs, pos, strict=True) if s == seq)
+            neighbour = seq + 1
+            if streams and row not in tried_neighbour and neighbour < n_seqs:
+                tried_neighbour.add(row)
+                if neighbour not in seqs and next_pos(neighbour) < pos[row]:
+                    host, at = neighbour, next_pos(neighbour)
+            seqs.append(host)
+            pos.append(at)
+            added.append((host, at))
+    return added
 
 
 def _view_cells(used: int) -> int:
