@@ -118,10 +118,12 @@ def test_default_kv_is_f16_with_companions(model):
 
 
 @pytest.mark.slow
-def test_a_lone_decode_needs_its_companion(model):
+@pytest.mark.parametrize("slots", [2, 3], ids=["own-row", "neighbour-row"])
+def test_a_lone_decode_needs_its_companion(model, slots):
     """The prediction matches llama.cpp: with companions off, a lone decode past 256 cells
     of an f16 cache gives other log-probabilities than the same decode in company; on, the
-    very same floats."""
+    very same floats, whether the companion is a row of the same sequence (the last slot) or
+    of the next, idle one."""
     long = chat(model, STORY * 18 + "Continue the story.")
     assert len(long) > 300
     other = chat(model, "Write two sentences about the sea.")
@@ -132,7 +134,7 @@ def test_a_lone_decode_needs_its_companion(model):
         company.collect()
         return values
 
-    with Engine(model, EngineConfig(n_parallel=2, n_ctx=2 * 1024, kv_type="f16")) as eng:
+    with Engine(model, EngineConfig(n_parallel=slots, n_ctx=slots * 1024, kv_type="f16")) as eng:
         together = in_company(eng)
         alone = _logprobs(eng, long, 24)
         eng._companions = False
