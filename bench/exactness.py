@@ -49,7 +49,7 @@ def timed_stream(engine: Engine, prompt: list[int], tokens: int) -> tuple[float,
         if isinstance(event, TextDelta):
             last = time.perf_counter()
             first = first or last
-            n += len(event.tokens)
+            n += len(event.token_ids)
     return first - t0, (n - 1) / (last - first) if last > first else 0.0
 
 
