@@ -3,16 +3,21 @@
 A chat model gets the text engine and the chat model over it; a decision model gets a
 `DecisionEngine` (one forward pass per question, no text generation: MiniCPM-OCR-Jev has no
 LM head) and nothing else, so a decision model can never silently generate text. The choice
-is read from the GGUF header alone, before anything loads.
+is read from the GGUF header alone, before anything loads. The speech services (transcription,
+speech) come from the settings and are made on first use (`OnDemand`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from llamactl.config import Settings
+from llamactl.engine.audio import AudioService
+from llamactl.engine.audio.synth import Synthesizer, open_synthesizer
+from llamactl.engine.audio.synth_mtmd import open_mtmd_synthesizer
 from llamactl.engine.conversation import ChatModel
 from llamactl.engine.decision import (
     DecisionConfig,
@@ -32,6 +37,8 @@ __all__ = [
     "is_decision_model",
     "load_chat",
     "load_decisions",
+    "open_speech",
+    "open_transcription",
     "text_engine",
 ]
 
@@ -128,3 +135,22 @@ def load_decisions(
         f", mmproj {dm.projector.path.name}" if dm.projector else "",
     )
     return Loaded(decisions=engine)
+
+
+def open_transcription(settings: Settings, llm_busy: Callable[[], bool]) -> AudioService:
+    """The speech-to-text service of `/v1/audio/transcriptions` and `/v1/realtime` (its model
+    loads on first use); its worker keeps off the cores while `llm_busy()`."""
+    return AudioService(
+        settings.transcribe_model,
+        mmproj=settings.transcribe_mmproj,
+        threads=settings.transcribe_threads or settings.threads,
+        llm_busy=llm_busy,
+    )
+
+
+def open_speech(settings: Settings) -> Synthesizer:
+    """eSpeak NG, or the llama.cpp TTS model of the settings (`tts_model`, `tts_mmproj`); a
+    model that cannot speak raises CannotSpeakError (HTTP 501)."""
+    if settings.tts_model is None:
+        return open_synthesizer()
+    return open_mtmd_synthesizer(settings.tts_model, settings.tts_mmproj)

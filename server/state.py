@@ -4,6 +4,7 @@ The model loads on a background thread so `/health` can answer 503 while it load
 as llama-server does. The loader chooses once what the model serves: `chat` and its `engine`
 for a chat model, `decisions` for a decision model; the others stay None, and a route that
 needs one asks through `require_chat` / `require_decisions`, which answer the spec's 501.
+`transcription` and `speech` are made from the settings on first use.
 """
 
 from __future__ import annotations
@@ -16,11 +17,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llamactl.config import Settings
+from llamactl.engine.audio import AudioService
+from llamactl.engine.audio.synth import Synthesizer
+from llamactl.engine.audio.synth_mtmd import CannotSpeakError
 from llamactl.engine.conversation import ChatModel, ChatStream
 from llamactl.engine.decision import DecisionEngine
 from llamactl.engine.engine import Engine
 
-from .loader import Loaded, is_decision_model, load_chat, load_decisions, text_engine
+from .loader import (
+    Loaded,
+    is_decision_model,
+    load_chat,
+    load_decisions,
+    open_speech,
+    open_transcription,
+    text_engine,
+)
+from .on_demand import OnDemand
 from .services import NOT_A_DECISION_MODEL, not_generating, require
 
 __all__ = ["Metrics", "ServerState"]
@@ -61,6 +74,12 @@ class ServerState:
         self.engine: Engine | None = None
         self.chat: ChatModel | None = None
         self.decisions: DecisionEngine | None = None
+        self.transcription: OnDemand[AudioService] = OnDemand(
+            lambda: open_transcription(settings, self._llm_busy), AudioService.close
+        )
+        self.speech: OnDemand[Synthesizer] = OnDemand(
+            lambda: open_speech(settings), Synthesizer.close, remembered=(CannotSpeakError,)
+        )
         self.load_error: str | None = None
         self._engine_factory = engine_factory or _default_engine
         self._live: dict[str, list[ChatStream]] = {}
@@ -126,6 +145,11 @@ class ServerState:
     def scheduler(self) -> Engine | DecisionEngine | None:
         """Whichever engine is loaded: its slots and counters are what /metrics reports."""
         return self.engine or self.decisions
+
+    def _llm_busy(self) -> bool:
+        """The loaded model is decoding or has work queued (speech work then yields)."""
+        engine = self.scheduler
+        return engine is not None and (engine.busy_slots > 0 or engine.queue_depth > 0)
 
     # ------------------------------------------------------------- stopping
     @property

@@ -8,6 +8,7 @@ never change a test's outcome, and no test can write into their home directory.
 from __future__ import annotations
 
 import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +61,18 @@ def isolated_dirs(
         if name.startswith("LLAMACTL_"):
             monkeypatch.delenv(name)
     return dirs
+
+
+@pytest.fixture
+def sigint_raises():
+    """SIGINT raises KeyboardInterrupt in this process during the test, as at a desk.
+
+    A runner started with SIGINT ignored (`trap '' INT`, some CI agents) passes that on, and
+    Python then leaves it ignored: `_thread.interrupt_main()` does nothing and a Ctrl-C test
+    waits for its timeout. Child processes restore it themselves (see test_cli_repl.py)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 # --------------------------------------------------------------------------- live servers

@@ -372,7 +372,7 @@ def test_abrupt_disconnect_frees_slot_and_stream(live):
     c.say(STORY)
     c.send("response.create", response={"max_output_tokens": 400})
     c.until("response.output_audio_transcript.delta")
-    service = live.app.state.llamactl_audio
+    service = live.state.transcription.current
     assert live.state.engine.busy_slots >= 1 and service.live_streams >= 1
     c.ws.socket.close()  # no close frame: the client vanishes mid-answer
     _wait_idle(live)

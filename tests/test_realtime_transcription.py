@@ -250,7 +250,7 @@ def test_four_concurrent_sessions_keep_their_own_transcripts(live):
 def test_abrupt_disconnect_frees_the_session(live):
     c = Client(live)
     c.until("session.created")
-    service = live.app.state.llamactl_audio
+    service = live.state.transcription.current
     assert service.live_streams >= 1
     c.append(pcm24(0)[: RATE * 2])
     c.ws.socket.close()  # no close frame: the client just vanishes

@@ -122,7 +122,7 @@ class FileInputStream:
         pass
 
 
-def test_mic_captions_and_ctrl_c_flushes_the_last_utterance(monkeypatch, three):
+def test_mic_captions_and_ctrl_c_flushes_the_last_utterance(monkeypatch, three, sigint_raises):
     pcm16 = to_rate(*three, 16000)
     # no pause after the last sentence: only the Ctrl-C flush can finish it
     pcm16 = pcm16[: pcm16.size - 16000 * 4 // 10]
