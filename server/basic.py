@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -53,31 +54,25 @@ def list_models(request: Request) -> dict:
     state = server_state(request)
     engine = loaded_engine(state)
     info = engine.model.info
-    body = {
-        "object": "list",
-        "data": [
-            {
-                "id": state.model_id,
-                "object": "model",
-                "created": int(state.metrics.started),
-                "owned_by": "llamactl",
-                "meta": {
-                    "architecture": info.architecture,
-                    "n_ctx_train": info.n_ctx_train,
-                    "n_ctx_slot": engine.n_ctx_slot,
-                    "n_params": info.n_params,
-                    "n_vocab": info.n_vocab,
-                    "size": info.size_bytes,
-                    "capabilities": list(info.capabilities),
-                },
-            }
-        ],
+    entry: dict[str, Any] = {
+        "id": state.model_id,
+        "object": "model",
+        "created": int(state.metrics.started),
+        "owned_by": "llamactl",
+        "meta": {
+            "architecture": info.architecture,
+            "n_ctx_train": info.n_ctx_train,
+            "n_ctx_slot": engine.n_ctx_slot,
+            "n_params": info.n_params,
+            "n_vocab": info.n_vocab,
+            "size": info.size_bytes,
+            "capabilities": list(info.capabilities),
+        },
     }
     projector = projector_capabilities(state)
-    entry = body["data"][0]
     entry["capabilities"] = served_capabilities(info.capabilities, projector)
     entry["architecture"] = architecture(info.capabilities, projector)
-    return body
+    return {"object": "list", "data": [entry]}
 
 
 def projector_capabilities(state: ServerState) -> tuple[str, ...]:

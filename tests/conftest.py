@@ -1,18 +1,79 @@
-"""Shared fixtures.
+"""Shared fixtures, and the `slow` marker's rule.
 
 Every test runs with the user's own directories and LLAMACTL_* settings hidden (see
 `isolated_dirs`), so a developer's ~/.config/llamactl/config.toml or exported LLAMACTL_PORT can
 never change a test's outcome, and no test can write into their home directory.
+
+Every test that loads a model is marked `slow`, so `pytest -m "not slow"` is a fast unit run.
+Tests using a fixture of `MODEL_FIXTURES` get the marker here; others carry it themselves.
+A test without it that loads a model in this process (llama.cpp or Whisper, in the test or
+in a fixture it sets up) fails and says so.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import wraps
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+# Fixtures (of this file and of test modules) that load a model: their users are `slow`.
+MODEL_FIXTURES = frozenset({"server", "thinking_server"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    slow = pytest.mark.slow
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(slow)
+
+
+# ------------------------------------------------------------------- the `slow` guard
+_loads: list[str] | None = None  # models loaded by the running non-slow test
+
+
+def _recording(what: str, load: Callable[..., Any]) -> Callable[..., Any]:
+    @wraps(load)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if _loads is not None:
+            _loads.append(what)
+        return load(*args, **kwargs)
+
+    return wrapper
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import faster_whisper
+    import llama_cpp
+
+    llama_cpp.llama_model_load_from_file = _recording(
+        "a llama.cpp model", llama_cpp.llama_model_load_from_file
+    )
+    faster_whisper.WhisperModel = _recording("a Whisper model", faster_whisper.WhisperModel)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    global _loads
+    _loads = None if item.get_closest_marker("slow") else []  # fixtures' loads count too
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    global _loads
+    try:
+        result = yield
+    finally:
+        loads, _loads = _loads, None
+    if loads:
+        pytest.fail(f"this test loads {loads[0]}: mark it `slow` (see tests/conftest.py)")
+    return result
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from .protocol import body_doc as _body
 
 router = APIRouter(tags=["decisions"])
 
-_ERRORS = {
+_ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "An invalid request; the message names the question and field"},
     501: {"description": "Not a decision model, or media the model cannot take"},
 }
