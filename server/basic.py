@@ -14,6 +14,7 @@ from llamactl.engine.engine import Engine
 from .app_state import AppState
 from .capabilities import architecture, served_capabilities
 from .errors import APIError
+from .services import not_supported
 from .state import ServerState
 
 router = APIRouter()
@@ -88,8 +89,8 @@ def metrics(request: Request) -> PlainTextResponse:
     """Prometheus text format; only with --metrics."""
     state = server_state(request)
     if not state.settings.metrics:
-        raise APIError(
-            501, "This server does not support metrics endpoint. Start it with --metrics"
+        raise not_supported(
+            "This server does not support metrics endpoint. Start it with --metrics"
         )
     eng = loaded_engine(state)
     st = eng.stats
