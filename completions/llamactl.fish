@@ -71,6 +71,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from score' -s h -l help -d 'Sho
 # llamactl serve
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s m -l model -x -d 'GGUF path, alias or name in the models dir'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s a -l alias -x -d 'Model id reported by /v1/models'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l mmproj -r -F -d 'A decision model\'s projector (default: mmproj-<model file> beside it)'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l host -x -d 'Address to listen on [127.0.0.1]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l port -x -d 'Port [8080]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l parallel -x -d 'Slots: requests decoded together [4]'
