@@ -5,9 +5,10 @@ Every test runs with the user's own directories and LLAMACTL_* settings hidden (
 never change a test's outcome, and no test can write into their home directory.
 
 Every test that loads a model is marked `slow`, so `pytest -m "not slow"` is a fast unit run.
-Tests using a fixture of `MODEL_FIXTURES` get the marker here; others carry it themselves.
-A test without it that loads a model in this process (llama.cpp or Whisper, in the test or
-in a fixture it sets up) fails and says so.
+Tests using a fixture named in `MODEL_FIXTURES` (here, or the same constant in their own
+module for the module's fixtures) get the marker here; others carry it themselves. A test
+without it that loads a model in this process (llama.cpp or Whisper, in the test or in a
+fixture it sets up) fails and says where.
 """
 
 from __future__ import annotations
@@ -22,29 +23,40 @@ from typing import Any
 
 import pytest
 
-# Fixtures (of this file and of test modules) that load a model: their users are `slow`.
+# Fixtures of this file that load a model: their users are `slow`.
 MODEL_FIXTURES = frozenset({"server", "thinking_server"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    slow = pytest.mark.slow
     for item in items:
-        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(slow)
+        module = getattr(item, "module", None)
+        loading = MODEL_FIXTURES | set(getattr(module, "MODEL_FIXTURES", ()))
+        if loading & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 # ------------------------------------------------------------------- the `slow` guard
 _loads: list[str] | None = None  # models loaded by the running non-slow test
+_fixtures: list[str] = []  # the fixtures being set up, innermost last
 
 
 def _recording(what: str, load: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(load)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if _loads is not None:
-            _loads.append(what)
+            _loads.append(f"{what} (in fixture {_fixtures[-1]!r})" if _fixtures else what)
         return load(*args, **kwargs)
 
     return wrapper
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any]) -> Iterator[Any]:
+    _fixtures.append(fixturedef.argname)
+    try:
+        return (yield)
+    finally:
+        _fixtures.pop()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -22,6 +22,8 @@ import pytest
 from audiokit import SENTENCES, silence, speech, to_rate, wer
 from websockets.sync.client import connect
 
+MODEL_FIXTURES = {"live"}  # fixtures that load a model: users are slow
+
 VOICE = "en-us+f2"
 RATE = 24000
 QUESTION = "What is the capital of France?"

@@ -12,6 +12,8 @@ from llamactl.engine.speculative import NgramCache, NgramSimple, SeqState, parse
 from llamactl.engine.types import SamplingParams, TextDelta
 from llamactl.models import embedded_model_path
 
+MODEL_FIXTURES = {"baseline", "model"}  # fixtures that load a model: users are slow
+
 GREEDY = SamplingParams(temperature=0.0)
 SEEDED = SamplingParams(temperature=0.9, seed=7)
 CODE = """def add(a, b):
@@ -75,6 +77,7 @@ def baseline(model):
         }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("types", [("ngram-simple",), ("ngram-cache",), ("draft-simple",)])
 @pytest.mark.parametrize("n_parallel", [1, 4])
 def test_speculation_gives_the_same_tokens(model, baseline, types, n_parallel):
@@ -92,6 +95,7 @@ def test_speculation_gives_the_same_tokens(model, baseline, types, n_parallel):
             assert d.usage.completion_tokens == len(d.token_ids) <= 40
 
 
+@pytest.mark.slow
 def test_all_speculators_chained_at_four_slots(model, baseline):
     types = ("ngram-simple", "ngram-cache", "draft-simple")
     with make(model, 4, types) as eng:
@@ -211,6 +215,7 @@ def test_survival_follows_all_or_nothing_drafts():
     assert 0.4 < first < 0.6 and rest[-1] > 0.4  # once the first is kept, the rest follow
 
 
+@pytest.mark.slow
 def test_the_draft_models_sequence_travels_with_a_cached_state(model):
     ps = prompts(model)
 

@@ -23,6 +23,8 @@ from llamactl.cli.main import app
 from llamactl.engine.audio.synth_mtmd import CannotSpeakError, open_mtmd_synthesizer, probe
 from llamactl.engine.errors import ModelNotFoundError
 
+MODEL_FIXTURES = {"text_model"}  # fixtures that load a model: users are slow
+
 
 @pytest.fixture(scope="module")
 def text_model() -> Path:
@@ -68,12 +70,14 @@ def test_wrong_projector_files(tmp_path, text_model):
         probe(text_model, text_model)
 
 
+@pytest.mark.slow
 def test_llama_cpp_refusal_is_explained(tmp_path, text_model):
     broken = _projector(tmp_path / "mmproj-tts.gguf", **{"clip.projector_type": "qwen3tts"})
     with pytest.raises(CannotSpeakError, match="llama.cpp could not load mmproj-tts.gguf"):
         open_mtmd_synthesizer(text_model, broken)
 
 
+@pytest.mark.slow
 def test_a_projector_llama_cpp_loads_but_that_cannot_speak(tmp_path_factory):
     """The whole native path: a tiny converted LFM2 checkpoint and its vision mmproj load in
     llama.cpp (`mtmd_init_from_file`), and `mtmd_gen_audio_get_info` reports no generator."""
@@ -136,6 +140,7 @@ def test_cli_speaker_ref_and_seed(tmp_path):
 # ------------------------------------------------------------------------- server
 
 
+@pytest.mark.slow
 def test_server_with_a_model_that_cannot_speak(text_model):
     from serverkit import run_server
 
