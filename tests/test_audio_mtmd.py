@@ -72,7 +72,6 @@ def test_vision_only_projector_is_refused(tmp_path, text_model):
         MtmdTranscriber(text_model, vision)
 
 
-@pytest.mark.slow
 def test_llama_cpp_refusal_is_explained(tmp_path, text_model):
     broken = _mmproj(
         tmp_path / "mmproj-audio.gguf",
@@ -85,7 +84,6 @@ def test_llama_cpp_refusal_is_explained(tmp_path, text_model):
     assert "could not load mmproj-audio.gguf" in message and "Key not found" in message
 
 
-@pytest.mark.slow
 def test_loader_finds_the_mmproj_beside_the_model(tmp_path, text_model):
     model = tmp_path / "speech.gguf"
     model.symlink_to(text_model)

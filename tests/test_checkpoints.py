@@ -55,7 +55,6 @@ def turn1() -> list[dict]:
     ]
 
 
-@pytest.mark.slow
 def test_follow_up_turn_reuses_the_conversation(lfm2):
     with engine(lfm2) as eng:
         chat = ChatModel(eng)

@@ -310,7 +310,6 @@ def test_a_body_under_the_limit_is_served(edge: LiveServer) -> None:
     assert r.status_code == 200, r.text
 
 
-@pytest.mark.slow
 def test_uploads_may_reach_the_audio_limit(edge: LiveServer) -> None:
     """A 3 MiB multipart upload passes the 1 MiB body limit (the audio route judges it)."""
     files = {"file": ("a.wav", b"\0" * (3 * 1024 * 1024), "audio/wav")}

@@ -77,7 +77,6 @@ def baseline(model):
         }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("types", [("ngram-simple",), ("ngram-cache",), ("draft-simple",)])
 @pytest.mark.parametrize("n_parallel", [1, 4])
 def test_speculation_gives_the_same_tokens(model, baseline, types, n_parallel):
@@ -95,7 +94,6 @@ def test_speculation_gives_the_same_tokens(model, baseline, types, n_parallel):
             assert d.usage.completion_tokens == len(d.token_ids) <= 40
 
 
-@pytest.mark.slow
 def test_all_speculators_chained_at_four_slots(model, baseline):
     types = ("ngram-simple", "ngram-cache", "draft-simple")
     with make(model, 4, types) as eng:
@@ -215,7 +213,6 @@ def test_survival_follows_all_or_nothing_drafts():
     assert 0.4 < first < 0.6 and rest[-1] > 0.4  # once the first is kept, the rest follow
 
 
-@pytest.mark.slow
 def test_the_draft_models_sequence_travels_with_a_cached_state(model):
     ps = prompts(model)
 

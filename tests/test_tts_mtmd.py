@@ -70,7 +70,6 @@ def test_wrong_projector_files(tmp_path, text_model):
         probe(text_model, text_model)
 
 
-@pytest.mark.slow
 def test_llama_cpp_refusal_is_explained(tmp_path, text_model):
     broken = _projector(tmp_path / "mmproj-tts.gguf", **{"clip.projector_type": "qwen3tts"})
     with pytest.raises(CannotSpeakError, match="llama.cpp could not load mmproj-tts.gguf"):
@@ -140,7 +139,6 @@ def test_cli_speaker_ref_and_seed(tmp_path):
 # ------------------------------------------------------------------------- server
 
 
-@pytest.mark.slow
 def test_server_with_a_model_that_cannot_speak(text_model):
     from serverkit import run_server
 
