@@ -62,12 +62,19 @@ def is_decision_model(path: Path) -> bool:
         return False  # not readable here: the chat loader reports it
 
 
-def load_chat(settings: Settings, engine: Engine) -> Loaded:
-    """A chat model over `engine`, with the template file of the settings if one is set."""
+def load_chat(settings: Settings, make_engine: Callable[[], Engine]) -> Loaded:
+    """The engine `make_engine` builds and a chat model over it, with the settings' template
+    file if one is set (read first: a missing file fails before the model loads)."""
     template = None
     if settings.chat_template_file is not None:
         template = Path(settings.chat_template_file).read_text(encoding="utf-8")
-    return Loaded(engine=engine, chat=ChatModel(engine, template=template))
+    engine = make_engine()
+    try:
+        return Loaded(engine=engine, chat=ChatModel(engine, template=template))
+    except BaseException:
+        engine.close()
+        engine.model.close()
+        raise
 
 
 def text_engine(settings: Settings, model_path: Path) -> Engine:

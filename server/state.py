@@ -111,7 +111,7 @@ class ServerState:
     def _load_services(self) -> Loaded:
         if self._engine_factory is _default_engine and is_decision_model(self.model_path):
             return load_decisions(self.settings, self.model_path, self.mmproj, self.model_id)
-        return load_chat(self.settings, self._engine_factory(self))
+        return load_chat(self.settings, lambda: self._engine_factory(self))
 
     def _install(self, loaded: Loaded) -> None:
         # chat last: `ready` turns true once everything it needs is in place
