@@ -71,6 +71,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from score' -s h -l help -d 'Sho
 # llamactl serve
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s m -l model -x -d 'GGUF path, alias or name in the models dir'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s a -l alias -x -d 'Model id reported by /v1/models'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l mmproj -r -F -d 'A decision model\'s projector (default: mmproj-<model file> beside it)'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l host -x -d 'Address to listen on [127.0.0.1]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l port -x -d 'Port [8080]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l parallel -x -d 'Slots: requests decoded together [4]'
@@ -78,7 +79,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from serve' -s c -l ctx-size -x 
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s t -l threads -x -d 'Compute threads [all cores]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s b -l batch-size -x -d 'Tokens per decode step [512]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l kv-unified -l no-kv-unified -d 'One KV buffer for all slots (outputs then vary with load)'
-complete -c llamactl -n '__fish_seen_subcommand_from serve' -l cache-type -x -d 'KV cache type: bf16 (outputs independent of batching), f16 or q8_0 [bf16]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l cache-type -x -d 'KV cache type: auto (f16, exact; bf16 for recurrent, hybrid and sliding-window models), bf16, f16 or q8_0 [auto]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l cache-ram -x -d 'RAM prompt cache in MiB [8192; -1: no limit; 0: off; decision models: off]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l cache-idle-slots -l no-cache-idle-slots -d 'Save an idle slot\'s prompt to the cache before a new request takes it [on]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l slot-prompt-similarity -x -d 'Reuse the idle slot sharing more than this share of a prompt [0.10; 0: LRU]'

@@ -37,12 +37,17 @@ def _routers():
 
 
 def create_app(
-    settings: Settings, *, model_path: Path | None = None, state: ServerState | None = None
+    settings: Settings,
+    *,
+    model_path: Path | None = None,
+    mmproj: Path | None = None,
+    state: ServerState | None = None,
 ) -> FastAPI:
-    """Build the app; the model starts loading when the app starts (lifespan)."""
+    """Build the app; the model starts loading when the app starts (lifespan). `mmproj` is a
+    decision model's projector (`--mmproj`; default: the one found beside the model)."""
     if state is None:
         path = model_path or resolve_model(settings).path
-        state = ServerState(settings, Path(path))
+        state = ServerState(settings, Path(path), mmproj=mmproj)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):

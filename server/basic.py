@@ -3,25 +3,44 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from llamactl.engine.decision import DecisionEngine
+from llamactl.engine.engine import Engine
+
+from .app_state import AppState
 from .capabilities import architecture, served_capabilities
 from .errors import APIError
+from .services import not_supported
+from .state import ServerState
 
 router = APIRouter()
 
 
-def server_state(request: Request):
+def app_state(request: Request) -> AppState:
     return request.app.state.llamactl
+
+
+def server_state(request: Request) -> ServerState:
+    """The loaded server's state (the gate answers 503 before a route runs while loading)."""
+    return request.app.state.llamactl
+
+
+def loaded_engine(state: ServerState) -> Engine | DecisionEngine:
+    engine = state.scheduler
+    if engine is None:  # only between the gate and a failed load's cleanup
+        raise APIError(503, state.load_error or "Loading model", "unavailable_error")
+    return engine
 
 
 @router.get("/health", tags=["health"])
 @router.get("/v1/health", include_in_schema=False)
 def health(request: Request) -> JSONResponse:
     """200 once the model is loaded; 503 `unavailable_error` while it loads (or failed)."""
-    state = server_state(request)
+    state = app_state(request)
     if state.ready:
         return JSONResponse({"status": "ok"})
     message = state.load_error or "Loading model"
@@ -34,38 +53,32 @@ def health(request: Request) -> JSONResponse:
 @router.get("/models", include_in_schema=False)
 def list_models(request: Request) -> dict:
     state = server_state(request)
-    info = state.engine.model.info
-    body = {
-        "object": "list",
-        "data": [
-            {
-                "id": state.model_id,
-                "object": "model",
-                "created": int(state.metrics.started),
-                "owned_by": "llamactl",
-                "meta": {
-                    "architecture": info.architecture,
-                    "n_ctx_train": info.n_ctx_train,
-                    "n_ctx_slot": state.engine.n_ctx_slot,
-                    "n_params": info.n_params,
-                    "n_vocab": info.n_vocab,
-                    "size": info.size_bytes,
-                    "capabilities": list(info.capabilities),
-                },
-            }
-        ],
+    engine = loaded_engine(state)
+    info = engine.model.info
+    entry: dict[str, Any] = {
+        "id": state.model_id,
+        "object": "model",
+        "created": int(state.metrics.started),
+        "owned_by": "llamactl",
+        "meta": {
+            "architecture": info.architecture,
+            "n_ctx_train": info.n_ctx_train,
+            "n_ctx_slot": engine.n_ctx_slot,
+            "n_params": info.n_params,
+            "n_vocab": info.n_vocab,
+            "size": info.size_bytes,
+            "capabilities": list(info.capabilities),
+        },
     }
     projector = projector_capabilities(state)
-    entry = body["data"][0]
     entry["capabilities"] = served_capabilities(info.capabilities, projector)
     entry["architecture"] = architecture(info.capabilities, projector)
-    return body
+    return {"object": "list", "data": [entry]}
 
 
-def projector_capabilities(state) -> tuple[str, ...]:
+def projector_capabilities(state: ServerState) -> tuple[str, ...]:
     """ "see" / "hear" of a decision model's loaded mmproj (chat models use none)."""
-    decisions = getattr(state, "decisions", None)
-    projector = decisions.dm.projector if decisions is not None else None
+    projector = state.decisions.dm.projector if state.decisions is not None else None
     if projector is None:
         return ()
     return tuple(c for c, on in (("see", projector.vision), ("hear", projector.audio)) if on)
@@ -76,10 +89,10 @@ def metrics(request: Request) -> PlainTextResponse:
     """Prometheus text format; only with --metrics."""
     state = server_state(request)
     if not state.settings.metrics:
-        raise APIError(
-            501, "This server does not support metrics endpoint. Start it with --metrics"
+        raise not_supported(
+            "This server does not support metrics endpoint. Start it with --metrics"
         )
-    eng = state.engine
+    eng = loaded_engine(state)
     st = eng.stats
     uptime = max(time.time() - state.metrics.started, 1e-9)
     gen_rate = st.tokens_generated / st.decode_seconds if st.decode_seconds else 0.0
@@ -119,14 +132,13 @@ def metrics(request: Request) -> PlainTextResponse:
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
 
-def _cache_rows(eng) -> list[tuple[str, str, str, float]]:
+def _cache_rows(eng: Engine | DecisionEngine) -> list[tuple[str, str, str, float]]:
     """The prompt cache's and checkpoints' counters (none when the cache is off)."""
     # A decision model's scoring engine keeps neither cache nor checkpoints
-    checkpoints = getattr(eng.stats, "checkpoints_made", 0)
     rows: list[tuple[str, str, str, float]] = [
-        ("checkpoints_total", "counter", "Context checkpoints made", checkpoints)
+        ("checkpoints_total", "counter", "Context checkpoints made", eng.stats.checkpoints_made)
     ]
-    cache = getattr(eng, "cache", None)
+    cache = eng.cache if isinstance(eng, Engine) else None
     if cache is None:
         return rows
     st = cache.stats
@@ -139,9 +151,9 @@ def _cache_rows(eng) -> list[tuple[str, str, str, float]]:
     ]
 
 
-def _speculator_lines(eng) -> list[str]:
+def _speculator_lines(eng: Engine | DecisionEngine) -> list[str]:
     """Per-speculator counters, labelled by type (none without --spec-type)."""
-    speculators = getattr(eng, "speculators", None)  # none on a scoring engine
+    speculators = eng.speculators if isinstance(eng, Engine) else None  # none when scoring
     if not speculators:
         return []
     metrics = [

@@ -103,7 +103,7 @@ def sampling_params(
         )
     check_int_range("top_k", top_k, 0, INT32_MAX)
     check_int_range("seed", seed, *SEED_RANGE)
-    n_vocab = state.engine.model.n_vocab
+    n_vocab = state.require_text_engine().model.n_vocab
     limits = limits_of(s)
     limits.check_logit_bias(len(logit_bias or ()), n_vocab)
     bias: dict[int, float] = {}
@@ -177,7 +177,7 @@ def render_chat(
     """The prompt a chat request renders to (for token counts), within the limits."""
     check_chat_limits(state, request, messages_field=messages_field)
     try:
-        return state.chat.render(request)
+        return state.require_chat().render(request)
     except LlamactlError as exc:
         raise from_engine_error(exc) from exc
 
@@ -186,10 +186,10 @@ def start_chat(
     state: ServerState, request: ChatRequest, *, messages_field: str = "messages"
 ) -> ChatStream:
     """Render and submit; engine errors become API errors before any byte is sent."""
-    check_int_range("n", request.n, 1, state.engine.config.n_parallel)
+    check_int_range("n", request.n, 1, state.require_text_engine().config.n_parallel)
     check_chat_limits(state, request, messages_field=messages_field)
     try:
-        return state.chat.start(request)
+        return state.require_chat().start(request)
     except LlamactlError as exc:
         raise from_engine_error(exc) from exc
 

@@ -12,6 +12,7 @@ import hmac
 import logging
 from typing import Any
 
+from .app_state import AppState
 from .edge.asgi import ASGIApp, Receive, Scope, Send, header, refuse
 from .edge.body import BodyLimitMiddleware, MiB
 from .edge.cors import CorsMiddleware
@@ -74,7 +75,7 @@ def _json_by_default(scope: Scope) -> Scope:
 class GateMiddleware:
     """503 while loading, then API keys. `state` is the app's ServerState (or RouterState)."""
 
-    def __init__(self, app: ASGIApp, state: Any) -> None:
+    def __init__(self, app: ASGIApp, state: AppState) -> None:
         self.app = app
         self.state = state
 
@@ -113,7 +114,7 @@ def _upload_max_bytes(settings: Any) -> int:
     return settings.max_audio_upload_mib * MiB + MiB
 
 
-def install_middleware(app: Any, state: Any) -> None:
+def install_middleware(app: Any, state: AppState) -> None:
     """The same outer layers for the single-model server and the router, from `state.settings`.
     Outermost first: request id (so every refusal carries it), Host check, Origin check and
     CORS headers (refusals below carry them, so a page can read why), the gate (loading, API

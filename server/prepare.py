@@ -114,9 +114,9 @@ class PreparedBodyRoute(APIRoute):
             raw = await request.body()
             if len(raw) > PRECHECK_BYTES:
                 state = request.app.state.llamactl
-                if state.ready:
-                    n_vocab = state.engine.model.n_vocab
-                    await precheck(raw, limits_of(state.settings), n_vocab)
+                engine = state.scheduler  # None while loading: the gate answers 503
+                if engine is not None:
+                    await precheck(raw, limits_of(state.settings), engine.model.n_vocab)
             if not raw.strip() and not required:
                 value = default
             else:

@@ -1,7 +1,10 @@
-"""What every route shares: settings, the loaded model, its engine, live completions.
+"""What every route shares: settings, the loaded model's services, live completions.
 
 The model loads on a background thread so `/health` can answer 503 while it loads,
-as llama-server does.
+as llama-server does. The loader chooses once what the model serves: `chat` and its `engine`
+for a chat model, `decisions` for a decision model; the others stay None, and a route that
+needs one asks through `require_chat` / `require_decisions`, which answer the spec's 501.
+`transcription` and `speech` are made from the settings on first use.
 """
 
 from __future__ import annotations
@@ -14,10 +17,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llamactl.config import Settings
+from llamactl.engine.audio import AudioService
+from llamactl.engine.audio.synth import Synthesizer
+from llamactl.engine.audio.synth_mtmd import CannotSpeakError
 from llamactl.engine.conversation import ChatModel, ChatStream
-from llamactl.engine.engine import Engine, EngineConfig
-from llamactl.engine.model import Model
-from llamactl.models import resolve_model
+from llamactl.engine.decision import DecisionEngine
+from llamactl.engine.engine import Engine
+
+from .loader import (
+    Loaded,
+    is_decision_model,
+    load_chat,
+    load_decisions,
+    open_speech,
+    open_transcription,
+    text_engine,
+)
+from .on_demand import OnDemand
+from .services import NOT_A_DECISION_MODEL, not_generating, require
+
+__all__ = ["Metrics", "ServerState"]
 
 log = logging.getLogger("llamactl.server")
 
@@ -35,21 +54,32 @@ class Metrics:
 
 
 class ServerState:
+    """The single-model server's state (an `AppState`). `engine_factory` replaces the text
+    engine's construction (tests); the model is then always served as a chat model."""
+
     def __init__(
         self,
         settings: Settings,
         model_path: Path,
         *,
+        mmproj: Path | None = None,
         engine_factory: Callable[[ServerState], Engine] | None = None,
     ) -> None:
         self.settings = settings
         self.model_path = model_path
+        self.mmproj = mmproj  # a decision model's projector (default: found beside it)
         self.model_id = settings.alias or model_path.stem
         self.api_keys: list[str] = settings.resolved_api_keys()
         self.metrics = Metrics()
         self.engine: Engine | None = None
         self.chat: ChatModel | None = None
-        self.decisions = None  # a DecisionEngine when the model is a decision model
+        self.decisions: DecisionEngine | None = None
+        self.transcription: OnDemand[AudioService] = OnDemand(
+            lambda: open_transcription(settings, self._llm_busy), AudioService.close
+        )
+        self.speech: OnDemand[Synthesizer] = OnDemand(
+            lambda: open_speech(settings), Synthesizer.close, remembered=(CannotSpeakError,)
+        )
         self.load_error: str | None = None
         self._engine_factory = engine_factory or _default_engine
         self._live: dict[str, list[ChatStream]] = {}
@@ -59,7 +89,7 @@ class ServerState:
     # ------------------------------------------------------------- loading
     @property
     def ready(self) -> bool:
-        return self.chat is not None
+        return self.chat is not None or self.decisions is not None
 
     def start_loading(self) -> None:
         self._loader = threading.Thread(target=self._load, name="llamactl-load", daemon=True)
@@ -72,30 +102,73 @@ class ServerState:
     def _load(self) -> None:
         try:
             t0 = time.perf_counter()
-            template = None
-            if self.settings.chat_template_file is not None:
-                template = Path(self.settings.chat_template_file).read_text(encoding="utf-8")
-            if self._engine_factory is _default_engine and _is_decision_model(self.model_path):
-                from .systemone.serving import load_into
-
-                load_into(self)  # a decision engine; chat routes refuse to generate
-                log.info("model %s ready in %.1f s", self.model_id, time.perf_counter() - t0)
-                return
-            engine = self._engine_factory(self)
-            self.engine = engine
-            self.chat = ChatModel(engine, template=template)
+            self._install(self._load_services())
             log.info("model %s ready in %.1f s", self.model_id, time.perf_counter() - t0)
         except Exception as exc:  # surfaced by /health and every route
             log.error("could not load the model: %s", exc)
             self.load_error = str(exc)
 
+    def _load_services(self) -> Loaded:
+        if self._engine_factory is _default_engine and is_decision_model(self.model_path):
+            return load_decisions(self.settings, self.model_path, self.mmproj, self.model_id)
+        return load_chat(self.settings, lambda: self._engine_factory(self))
+
+    def _install(self, loaded: Loaded) -> None:
+        # chat last: `ready` turns true once everything it needs is in place
+        self.engine, self.decisions = loaded.engine, loaded.decisions
+        self.chat = loaded.chat
+
     def close(self) -> None:
         self.wait_loaded()
+        self.stop_generating()
+        if self.engine is not None:
+            self.engine.model.close()
+        if self.decisions is not None:
+            self.decisions.dm.close()
+        self.engine = self.chat = self.decisions = None
+
+    # ------------------------------------------------------------- services
+    def require_chat(self) -> ChatModel:
+        """The chat model, or the 501 of a model that does not generate text."""
+        decision_type = self.decisions.decision_type if self.decisions is not None else None
+        return require(self.chat, not_generating(self.model_id, decision_type))
+
+    def require_text_engine(self) -> Engine:
+        """The text generation engine, or the same 501 as `require_chat`."""
+        return self.require_chat().engine
+
+    def require_decisions(self) -> DecisionEngine:
+        """The decision engine, or the spec's 501 for a model that is not a decision model."""
+        return require(self.decisions, NOT_A_DECISION_MODEL)
+
+    @property
+    def scheduler(self) -> Engine | DecisionEngine | None:
+        """Whichever engine is loaded: its slots and counters are what /metrics reports."""
+        return self.engine or self.decisions
+
+    def _llm_busy(self) -> bool:
+        """The loaded model is decoding or has work queued (speech work then yields)."""
+        engine = self.scheduler
+        return engine is not None and (engine.busy_slots > 0 or engine.queue_depth > 0)
+
+    # ------------------------------------------------------------- stopping
+    @property
+    def busy_slots(self) -> int:
+        return self.engine.busy_slots if self.engine is not None else 0
+
+    def drain(self) -> bool:
+        """Only text generations finish gracefully (a decision is one forward pass)."""
+        if self.engine is None:
+            return False
+        self.engine.drain()
+        return True
+
+    def stop_generating(self) -> None:
+        """Open streams get EngineClosedError, pending decisions fail; the models stay."""
         if self.engine is not None:
             self.engine.close()
-            self.engine.model.close()
-            self.engine = None
-            self.chat = None
+        if self.decisions is not None:
+            self.decisions.close()
 
     # ---------------------------------------------- live completions (control)
     def register(self, completion_id: str, stream: ChatStream) -> None:
@@ -115,38 +188,5 @@ class ServerState:
             return list(self._live.get(completion_id, ()))
 
 
-def _is_decision_model(path: Path) -> bool:
-    from .systemone.serving import is_decision_model
-
-    return is_decision_model(path)
-
-
 def _default_engine(state: ServerState) -> Engine:
-    s = state.settings
-    model = Model(state.model_path)
-    config = EngineConfig(
-        n_parallel=s.parallel,
-        n_ctx=s.n_ctx or None,
-        n_batch=s.batch_size,
-        n_ubatch=s.batch_size,
-        n_threads=s.threads,
-        kv_unified=s.kv_unified,
-        flash_attn=s.flash_attn != "off",
-        max_queue=s.max_queue,
-        kv_type=s.cache_type,
-        cache_ram_mib=s.cache_ram,
-        cache_idle_slots=s.cache_idle_slots,
-        slot_prompt_similarity=s.slot_prompt_similarity,
-        ctx_checkpoints=s.ctx_checkpoints,
-        checkpoint_min_step=s.checkpoint_min_step,
-        spec_types=tuple(s.spec_type),
-        model_draft=resolve_model(s, s.model_draft).path if s.model_draft else None,
-        spec_draft_n_max=s.spec_draft_n_max,
-        spec_draft_n_min=s.spec_draft_n_min,
-        spec_draft_p_min=s.spec_draft_p_min,
-    )
-    try:
-        return Engine(model, config)
-    except BaseException:
-        model.close()
-        raise
+    return text_engine(state.settings, state.model_path)

@@ -1,17 +1,91 @@
-"""Shared fixtures.
+"""Shared fixtures, and the `slow` marker's rule.
 
 Every test runs with the user's own directories and LLAMACTL_* settings hidden (see
 `isolated_dirs`), so a developer's ~/.config/llamactl/config.toml or exported LLAMACTL_PORT can
 never change a test's outcome, and no test can write into their home directory.
+
+Every test that loads a model is marked `slow`, so `pytest -m "not slow"` is a fast unit run.
+Tests using a fixture named in `MODEL_FIXTURES` (here, or the same constant in their own
+module for the module's fixtures) get the marker here; others carry it themselves. A test
+without it that loads a model in this process (llama.cpp or Whisper, in the test or in a
+fixture it sets up) fails and says where.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import wraps
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+# Fixtures of this file that load a model: their users are `slow`.
+MODEL_FIXTURES = frozenset({"server", "thinking_server"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = getattr(item, "module", None)
+        loading = MODEL_FIXTURES | set(getattr(module, "MODEL_FIXTURES", ()))
+        if loading & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+# ------------------------------------------------------------------- the `slow` guard
+_loads: list[str] | None = None  # models loaded by the running non-slow test
+_fixtures: list[str] = []  # the fixtures being set up, innermost last
+
+
+def _recording(what: str, load: Callable[..., Any]) -> Callable[..., Any]:
+    @wraps(load)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if _loads is not None:
+            _loads.append(f"{what} (in fixture {_fixtures[-1]!r})" if _fixtures else what)
+        return load(*args, **kwargs)
+
+    return wrapper
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any]) -> Iterator[Any]:
+    _fixtures.append(fixturedef.argname)
+    try:
+        return (yield)
+    finally:
+        _fixtures.pop()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import faster_whisper
+    import llama_cpp
+
+    llama_cpp.llama_model_load_from_file = _recording(
+        "a llama.cpp model", llama_cpp.llama_model_load_from_file
+    )
+    faster_whisper.WhisperModel = _recording("a Whisper model", faster_whisper.WhisperModel)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    global _loads
+    _loads = None if item.get_closest_marker("slow") else []  # fixtures' loads count too
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    global _loads
+    try:
+        result = yield
+    finally:
+        loads, _loads = _loads, None
+    if loads:
+        pytest.fail(f"this test loads {loads[0]}: mark it `slow` (see tests/conftest.py)")
+    return result
 
 
 @dataclass(frozen=True)
@@ -60,6 +134,18 @@ def isolated_dirs(
         if name.startswith("LLAMACTL_"):
             monkeypatch.delenv(name)
     return dirs
+
+
+@pytest.fixture
+def sigint_raises():
+    """SIGINT raises KeyboardInterrupt in this process during the test, as at a desk.
+
+    A runner started with SIGINT ignored (`trap '' INT`, some CI agents) passes that on, and
+    Python then leaves it ignored: `_thread.interrupt_main()` does nothing and a Ctrl-C test
+    waits for its timeout. Child processes restore it themselves (see test_cli_repl.py)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 # --------------------------------------------------------------------------- live servers

@@ -7,6 +7,8 @@ import openai
 import pytest
 from audiokit import SENTENCES, utterances, wav_bytes, wer
 
+MODEL_FIXTURES = {"live"}  # fixtures that load a model: users are slow
+
 VOICE = "en-us+f2"
 WER_BOUND = 0.25
 

@@ -18,6 +18,8 @@ from llamactl.engine.audio.load import find_mmproj, load_transcriber
 from llamactl.engine.audio.pcm import StreamResampler, resample, to_float32, to_pcm16
 from llamactl.engine.errors import InvalidRequestError, ModelLoadError, ModelNotFoundError
 
+MODEL_FIXTURES = {"service"}  # fixtures that load a model: users are slow
+
 VOICE = "en-us+f2"
 WER_BOUND = 0.25
 

@@ -16,6 +16,8 @@ from llamactl.engine.audio.load import load_transcriber
 from llamactl.engine.audio.mtmd import MtmdTranscriber, asr_messages, check_mmproj
 from llamactl.engine.errors import ModelLoadError, ModelNotFoundError
 
+MODEL_FIXTURES = {"text_model"}  # fixtures that load a model: users are slow
+
 
 @pytest.fixture(scope="module")
 def text_model() -> Path:

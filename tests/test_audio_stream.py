@@ -22,6 +22,8 @@ from llamactl.engine.audio import (
 from llamactl.engine.audio.stream import StreamClosedError
 from llamactl.engine.audio.worker import AudioWorker, ComputeGate
 
+MODEL_FIXTURES = {"service"}  # fixtures that load a model: users are slow
+
 VOICE = "en-us+f2"
 WER_BOUND = 0.3  # per item
 

@@ -14,6 +14,8 @@ from llamactl.engine.engine import Engine, EngineConfig
 from llamactl.engine.model import Model
 from llamactl.engine.types import SamplingParams
 
+MODEL_FIXTURES = {"lfm2"}  # fixtures that load a model: users are slow
+
 # Seeded sampling rather than greedy: the tiny random model's argmax repeats one token, while
 # seeded draws from identical logits give varied, still reproducible tokens.
 SEEDED = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=11)

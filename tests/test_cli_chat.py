@@ -186,6 +186,7 @@ def test_model_given_as_a_path(tmp_path: Any) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_python_dash_m_runs_the_cli() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "llamactl", "chat", "Hi", "-t", "0", "-n", "2", "--json"],

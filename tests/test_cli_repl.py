@@ -40,6 +40,9 @@ class Terminal:
         pid, fd = pty.fork()
         if pid == 0:  # the child: size the terminal, then become llamactl
             try:
+                # Ctrl-C must reach Python as at a desk, even when the test runner was started
+                # with SIGINT ignored (an ignored signal stays ignored across exec)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
                 fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
                 os.execve(sys.executable, [sys.executable, "-m", "llamactl", *args], env)
             finally:

@@ -15,6 +15,8 @@ from typer.testing import CliRunner
 
 from llamactl.cli.main import app
 
+pytestmark = pytest.mark.slow  # every test here loads a model
+
 QUESTIONS = [
     "route:choice:Which team handles it?:billing=money matters,shipping,technical",
     "urgency:score:How urgent is it?:can wait,today,right now",

@@ -84,6 +84,7 @@ def test_d1_layout(d1):
     assert result.loads_natively and not result.head_tensors
 
 
+@pytest.mark.slow
 def test_d1_loads_and_decodes_in_llama_cpp(d1):
     _, result, _ = d1
     model = Model(result.outfile)
@@ -96,6 +97,7 @@ def test_d1_loads_and_decodes_in_llama_cpp(d1):
     assert len(top) == 5 and all(np.isfinite(lp) and lp < 0 for _, lp in top)
 
 
+@pytest.mark.slow
 def test_d1_mmproj_loads_in_mtmd_and_encodes_an_image(d1):
     _, result, proj = d1
     meta, tensors = read_gguf(proj.outfile)
@@ -180,6 +182,7 @@ def test_d1_omni_layout(omni):
     assert not result.loads_natively
 
 
+@pytest.mark.slow
 def test_d1_omni_needs_a_trunk_only_copy(omni, tmp_path):
     _, result = omni
     with pytest.raises(ModelLoadError):

@@ -109,6 +109,7 @@ def test_openjev_transforms_match_llama_cpp_conventions(openjev, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_openjev_loads_and_decodes_in_llama_cpp(openjev):
     _, result = openjev
     assert result.loads_natively and loads_natively("openjev")
@@ -116,6 +117,7 @@ def test_openjev_loads_and_decodes_in_llama_cpp(openjev):
     assert len(top) == 5 and all(np.isfinite(lp) for _, lp in top)
 
 
+@pytest.mark.slow
 def test_openjev_mmproj(openjev, out_dir):
     src, result = openjev
     proj = convert(src, out_dir / "openjev.gguf", outtype="f16", mmproj=True)
@@ -134,6 +136,7 @@ def test_openjev_mmproj(openjev, out_dir):
     model.close()
 
 
+@pytest.mark.slow
 def test_openjev_on_qwen3_loads(tmp_path_factory, tmp_path):
     result = convert(cached(tmp_path_factory, "openjev-qwen3"), tmp_path / "q3.gguf")
     meta, tensors = read_gguf(result.outfile)
@@ -146,6 +149,7 @@ def test_openjev_on_qwen3_loads(tmp_path_factory, tmp_path):
 
 
 # ----------------------------------------------------------------- H2O-Lightning
+@pytest.mark.slow
 def test_h2o_lightning_layout_and_contract(tmp_path_factory, out_dir):
     src = cached(tmp_path_factory, "h2o-lightning")
     result = convert(src, out_dir / "h2o.gguf", outtype="q8_0")
@@ -206,6 +210,7 @@ def test_minicpm_ocr_jev_layout(minicpm):
     assert result.head_tensors == ["cls.output.weight"] and not result.loads_natively
 
 
+@pytest.mark.slow
 def test_minicpm_ocr_jev_needs_a_trunk_only_copy(minicpm, tmp_path):
     _, result = minicpm
     with pytest.raises(ModelLoadError):
@@ -218,6 +223,7 @@ def test_minicpm_ocr_jev_needs_a_trunk_only_copy(minicpm, tmp_path):
     assert all(np.isfinite(lp) for _, lp in top)
 
 
+@pytest.mark.slow
 def test_minicpm_ocr_jev_mmproj_keeps_the_image_budget(minicpm, out_dir, tmp_path_factory):
     src, _ = minicpm
     proj = convert(src, out_dir / "minicpm.gguf", outtype="f16", mmproj=True)
@@ -276,6 +282,7 @@ def test_lev_merges_the_lora_into_the_base(lev):
     assert len(tensors) == 28
 
 
+@pytest.mark.slow
 def test_lev_loads_and_decodes(lev):
     _, _, result = lev
     assert result.loads_natively
@@ -324,6 +331,7 @@ def test_kev_pointer_head(kev):
     assert sorted(result.head_tensors) == ["cls.output.bias", "cls.output.weight"]
 
 
+@pytest.mark.slow
 def test_kev_needs_a_trunk_only_copy(kev, tmp_path):
     _, result = kev
     with pytest.raises(ModelLoadError):

@@ -213,6 +213,7 @@ def check_against(path: Path, forward, ckpt_dir: Path) -> None:
         assert abs(ref[token] - logprob) < 5e-4, (token, ref[token], logprob)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("family", "forward"),
     [("lfm2-d1", lfm2_forward), ("openjev", qwen35_forward), ("openjev-qwen3", qwen3_forward)],

@@ -38,6 +38,8 @@ from llamactl.engine.decision.trunk import trunk_dir
 from llamactl.engine.errors import ContextLengthError, ModelLoadError
 from llamactl.engine.model import Model
 
+pytestmark = pytest.mark.slow  # every test here loads a model
+
 FAMILIES = (
     "openjev",
     "lev",

@@ -13,6 +13,8 @@ from llamactl.engine.model import Model
 from llamactl.engine.types import Done, SamplingParams, TextDelta
 from llamactl.models import embedded_model_path
 
+MODEL_FIXTURES = {"engine", "model"}  # fixtures that load a model: users are slow
+
 GREEDY = SamplingParams(temperature=0.0)
 TOPICS = ["cats", "the sea", "Paris", "prime numbers", "jazz", "volcanoes", "bread", "rain"]
 

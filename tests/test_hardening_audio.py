@@ -23,6 +23,8 @@ from websockets.sync.client import connect
 
 from llamactl.engine.audio.synth_encode import encode
 
+MODEL_FIXTURES = {"live"}  # fixtures that load a model: users are slow
+
 CRASHING_VOICES = [
     "../" * 12 + "etc/passwd",
     "../" * 16 + "bin/ls",

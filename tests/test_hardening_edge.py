@@ -21,6 +21,8 @@ from serverkit import LiveServer, hermetic_settings, run_server, serve_app
 
 from llamactl.engine.errors import ConfigError
 
+MODEL_FIXTURES = {"edge", "open_server"}  # fixtures that load a model: users are slow
+
 CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
 EVIL = "https://evil.example"
 BODY_TIMEOUT = 1.0  # seconds; the edge server's --body-timeout
@@ -182,6 +184,7 @@ def test_curl_without_a_content_type_still_works(edge: LiveServer) -> None:
     assert "access-control-allow-origin" not in r.headers
 
 
+@pytest.mark.slow
 def test_a_listed_public_origin_may_reach_the_local_server() -> None:
     """An exact --cors-origins entry, with Chrome's Private Network Access preflight."""
     with run_server(parallel=1, cors_origins=["https://app.example.com"]) as live:
@@ -254,6 +257,7 @@ def test_allowed_hosts_admits_a_name(open_server: LiveServer) -> None:
     assert host_request(open_server, f"other.example:{port}") == 403
 
 
+@pytest.mark.slow
 def test_loopback_arrivals_are_checked_on_a_wildcard_bind() -> None:
     """--host 0.0.0.0: a rebinding page's connection still arrives on 127.0.0.1."""
     with run_server(parallel=1, host="0.0.0.0") as live:

@@ -111,6 +111,7 @@ def test_anthropic_max_tokens_is_bounded(server):
     assert "max_tokens" in anthropic_error(r)
 
 
+@pytest.mark.slow
 def test_responses_apply_the_server_default_max_tokens():
     with run_server(parallel=1, max_tokens=6) as live:
         body = {"input": "Count from one to a hundred.", "temperature": 0, "ignore_eos": True}
@@ -195,6 +196,7 @@ def test_a_prompt_far_over_the_context_is_refused_quickly(server):
 # ------------------------------------------------------------ templated tokenising is exact
 
 
+@pytest.mark.slow
 def test_piecewise_tokenising_equals_one_call():
     model = Model(embedded_model_path(), vocab_only=True)
     try:
@@ -228,6 +230,7 @@ def _bad_bodies(n_vocab: int) -> list[tuple[str, bytes]]:
     ]
 
 
+@pytest.mark.slow
 def test_bad_bodies_do_not_stall_health_or_running_streams():
     with run_server(parallel=2) as live:
         bodies = _bad_bodies(live.state.engine.model.n_vocab)

@@ -15,6 +15,8 @@ from llamactl.engine.prompt_cache import CacheEntry, PromptCache
 from llamactl.engine.types import SamplingParams
 from llamactl.models import embedded_model_path
 
+MODEL_FIXTURES = {"model"}  # fixtures that load a model: users are slow
+
 GREEDY = SamplingParams(temperature=0.0)
 
 
@@ -185,6 +187,7 @@ def test_children_of_n_are_never_cached(model):
         assert all(e.tokens[: len(p)] == p for e in eng.cache.entries)
 
 
+@pytest.mark.slow
 def test_decision_models_have_no_cache_unless_asked(tmp_path_factory):
     from llamactl.converters import convert
     from synthetic_checkpoints import cached, write_trunk_copy

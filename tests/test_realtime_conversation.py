@@ -22,6 +22,8 @@ import pytest
 from audiokit import SENTENCES, silence, speech, to_rate, wer
 from websockets.sync.client import connect
 
+MODEL_FIXTURES = {"live"}  # fixtures that load a model: users are slow
+
 VOICE = "en-us+f2"
 RATE = 24000
 QUESTION = "What is the capital of France?"
@@ -372,7 +374,7 @@ def test_abrupt_disconnect_frees_slot_and_stream(live):
     c.say(STORY)
     c.send("response.create", response={"max_output_tokens": 400})
     c.until("response.output_audio_transcript.delta")
-    service = live.app.state.llamactl_audio
+    service = live.state.transcription.current
     assert live.state.engine.busy_slots >= 1 and service.live_streams >= 1
     c.ws.socket.close()  # no close frame: the client vanishes mid-answer
     _wait_idle(live)

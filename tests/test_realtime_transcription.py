@@ -16,6 +16,8 @@ from audiokit import SENTENCES, silence, speech, to_rate, wer
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+MODEL_FIXTURES = {"live"}  # fixtures that load a model: users are slow
+
 VOICE = "en-us+f2"
 WER_BOUND = 0.3
 RATE = 24000
@@ -250,7 +252,7 @@ def test_four_concurrent_sessions_keep_their_own_transcripts(live):
 def test_abrupt_disconnect_frees_the_session(live):
     c = Client(live)
     c.until("session.created")
-    service = live.app.state.llamactl_audio
+    service = live.state.transcription.current
     assert service.live_streams >= 1
     c.append(pcm24(0)[: RATE * 2])
     c.ws.socket.close()  # no close frame: the client just vanishes
@@ -289,6 +291,7 @@ def test_without_intent_the_session_is_a_conversation(live):
     c.close()
 
 
+@pytest.mark.slow
 def test_api_key_is_checked_at_the_handshake():
     from serverkit import run_server
 

@@ -172,9 +172,11 @@ def test_models_dir_pairs_projectors_as_llama_server_does(tmp_path: Path) -> Non
     solo = catalog.resolve("solo")
     assert solo.extra == {"mmproj": str(models / "mmproj-solo.gguf")}
     assert solo.projector_capabilities == ()  # unreadable: the child says why when it loads
-    # the projector reaches the child as the preset's `mmproj` does
+    # the projector reaches the child as the preset's `mmproj` does: a flag, not a variable
     env = child_env(hermetic_settings({}), gemma, "s", base={})
-    assert env["LLAMACTL_MMPROJ"] == str(models / "gemma" / "mmproj-F16.gguf")
+    assert not any("MMPROJ" in k for k in env)
+    argv = child_argv(gemma, 4242)
+    assert argv[argv.index("--mmproj") + 1] == str(models / "gemma" / "mmproj-F16.gguf")
     # a chat model takes text only (speech is transcribed), whatever projector it has
     assert gemma.input_modalities == ["text"] and gemma.output_modalities == ["text"]
     assert gemma.serves == ["text", "audio_in", "audio_out"]
@@ -229,13 +231,14 @@ def test_child_runs_with_its_own_secret_from_the_routers_settings(tmp_path: Path
     assert env["LLAMACTL_API_KEY"] == secret
     assert env["LLAMACTL_PARALLEL"] == "1" and env["LLAMACTL_THREADS"] == "3"
     assert env["LLAMACTL_TEMPERATURE"] == "0.5" and env["LLAMACTL_KV_UNIFIED"] == "false"
-    assert env["LLAMACTL_MMPROJ"] == "p.gguf"
+    assert not any("MMPROJ" in k for k in env)
     assert "LLAMACTL_MODELS_PRESET" not in env and "LLAMACTL_PORT" not in env
     argv = child_argv(spec, 4242, ("py", "-m", "llamactl"))
     assert argv[:4] == ["py", "-m", "llamactl", "serve"]
     assert argv[argv.index("--host") + 1] == "127.0.0.1" and "--api-key" not in argv
     assert not any(secret in a for a in argv)
     assert argv[argv.index("--alias") + 1] == "a" and argv[argv.index("--port") + 1] == "4242"
+    assert argv[argv.index("--mmproj") + 1] == "p.gguf"
 
 
 # ----------------------------------------------------------------------------- selection

@@ -601,6 +601,7 @@ def test_non_stream_client_timeout_frees_the_slot(server):
     assert engine.busy_slots == 0
 
 
+@pytest.mark.slow
 def test_auth_and_overload_errors():
     with run_server(parallel=1, max_queue=1, api_key=["secret"]) as live:
         body = body_for(live, max_tokens=400, stream=True, messages=LONG)

@@ -21,6 +21,8 @@ from starlette.websockets import WebSocketDisconnect
 from llamactl.config import load_settings
 from llamactl.engine.errors import ConfigError
 
+MODEL_FIXTURES = {"keyed", "keyed_app"}  # fixtures that load a model: users are slow
+
 HI = [{"role": "user", "content": "Hi"}]
 INVALID = "Invalid API Key"
 KEY_FILE = "# keys for the team\n\n  # an indented comment\nk3\n"
@@ -195,6 +197,7 @@ def test_a_foreign_origin_is_refused_before_the_key(keyed: LiveServer) -> None:
 
 
 # ------------------------------------------------------------------------ keys in the logs
+@pytest.mark.slow
 def test_keys_are_never_logged(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

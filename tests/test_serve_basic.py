@@ -23,6 +23,8 @@ from starlette.testclient import TestClient
 
 from llamactl.models import embedded_model_path
 
+MODEL_FIXTURES = {"small"}  # fixtures that load a model: users are slow
+
 HI = [{"role": "user", "content": "Hi"}]
 LOADING = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
 
@@ -103,6 +105,7 @@ def gated_app(factory, **overrides: Any):
     return create_app(settings, state=state), state
 
 
+@pytest.mark.slow
 def test_every_route_answers_503_while_loading() -> None:
     release = threading.Event()
 
@@ -134,6 +137,7 @@ def test_every_route_answers_503_while_loading() -> None:
         assert r.json()["usage"]["completion_tokens"] >= 1
 
 
+@pytest.mark.slow
 def test_a_model_that_fails_to_load(tmp_path: Path) -> None:
     """The server stays up and every route says why (llama-server would exit instead); the
     loading gate comes before the key check, as in llama-server."""

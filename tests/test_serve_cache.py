@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 from serverkit import run_server
+
+pytestmark = pytest.mark.slow  # every test here loads a model
 
 SYSTEM_A = "You answer about geography."
 SYSTEM_B = "You write short poems."

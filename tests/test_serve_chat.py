@@ -260,6 +260,7 @@ def test_n_stream_indices_and_per_choice_timings(server):
     )
 
 
+@pytest.mark.slow
 def test_cached_tokens_pattern():
     """§12's pattern on an idle 1-slot server: 0, then all but the last token, then less."""
     with run_server(parallel=1) as live:
@@ -522,6 +523,7 @@ def test_openapi_documents_chat(server):
 # ---------------------------------------------------------------------------- concurrency
 
 
+@pytest.mark.slow
 def test_eight_concurrent_streams_equal_solo():
     prompts = [f"Write one word about the number {i}." for i in range(8)]
     with run_server(parallel=8, n_ctx=8 * 512) as live:
@@ -547,6 +549,7 @@ def test_eight_concurrent_streams_equal_solo():
     assert results == solo
 
 
+@pytest.mark.slow
 def test_disconnect_frees_slot_and_pings_while_queued():
     """On a 1-slot server: a queued stream gets `:` pings, a full queue answers 503, and
     a client that leaves (stream or not) frees its slot."""

@@ -13,6 +13,7 @@ import signal
 from pathlib import Path
 
 import httpx
+import pytest
 import typer.main
 from processkit import NO_EOS, run_cli, serve
 from serverkit import free_port
@@ -31,6 +32,7 @@ def serve_options() -> list[str]:
 
 
 # ------------------------------------------------------------------------ a running server
+@pytest.mark.slow
 def test_flags_banner_chat_request_ids_and_sigint(tmp_path: Path) -> None:
     port = free_port()
     args = ["--port", str(port), "--parallel", "2", "--threads", "1", "--ctx-size", "2048"]
@@ -62,6 +64,7 @@ def test_flags_banner_chat_request_ids_and_sigint(tmp_path: Path) -> None:
     assert "Finished server process" in log
 
 
+@pytest.mark.slow
 def test_env_vars_and_config_keys_and_sigterm_mid_stream(tmp_path: Path, isolated_dirs) -> None:
     """Port and slots from LLAMACTL_* (env beats the file), alias, key file and metrics from
     config.toml; SIGTERM while a stream runs ends that stream with an error event and exits 0."""

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 from serverkit import run_server
+
+pytestmark = pytest.mark.slow  # every test here loads a model
 
 CODE = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n"
 BODY = {

@@ -13,6 +13,8 @@ import openai
 import pytest
 from serverkit import run_server
 
+MODEL_FIXTURES = {"tool_server"}  # fixtures that load a model: users are slow
+
 TEMPLATE = (
     Path(__file__).resolve().parents[2]
     / "shared/data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"

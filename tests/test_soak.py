@@ -25,7 +25,7 @@ from serverkit import free_port
 
 from llamactl.models import embedded_model_path
 
-pytestmark = pytest.mark.soak
+pytestmark = [pytest.mark.soak, pytest.mark.slow]
 
 SOAK_SECONDS = float(os.environ.get("LLAMACTL_SOAK_SECONDS", "75"))
 HI = [{"role": "user", "content": "Hi"}]

@@ -12,6 +12,8 @@ from llamactl.engine.speculative import NgramCache, NgramSimple, SeqState, parse
 from llamactl.engine.types import SamplingParams, TextDelta
 from llamactl.models import embedded_model_path
 
+MODEL_FIXTURES = {"baseline", "model"}  # fixtures that load a model: users are slow
+
 GREEDY = SamplingParams(temperature=0.0)
 SEEDED = SamplingParams(temperature=0.9, seed=7)
 CODE = """def add(a, b):

@@ -14,6 +14,8 @@ from serverkit import run_server
 from synthetic_checkpoints import cached
 from test_decision_engine import png_url
 
+MODEL_FIXTURES = {"kev", "live", "one_slot"}  # fixtures that load a model: users are slow
+
 REQUEST = {
     "state": {"ticket": "I was charged twice for my order", "customer": {"plan": "pro"}},
     "questions": {

@@ -31,6 +31,8 @@ from llamactl.engine.chat.tool_formats import SYNTAXES
 from llamactl.engine.errors import InvalidRequestError
 from llamactl.engine.types import ContentDelta, ReasoningDelta, ToolCallDelta
 
+MODEL_FIXTURES = {"engine", "vocab_model"}  # fixtures that load a model: users are slow
+
 F = ToolCallFormat
 TEMPLATES = CHAT_TEMPLATES
 

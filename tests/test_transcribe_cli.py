@@ -44,12 +44,14 @@ def _check_lines(lines: list[str]) -> None:
         assert wer(sentence, line) <= WER_BOUND, line
 
 
+@pytest.mark.slow
 def test_file_gives_one_line_per_utterance(wav_file):
     result = run(str(wav_file))
     assert result.exit_code == 0, result.output
     _check_lines(result.stdout.splitlines())
 
 
+@pytest.mark.slow
 def test_json_and_stdin(wav_file, three):
     result = run(str(wav_file), "--json")
     assert result.exit_code == 0, result.output
@@ -69,6 +71,7 @@ def test_json_and_stdin(wav_file, three):
         assert abs(a["start"] - b["start"]) < 0.1 and abs(a["end"] - b["end"]) < 0.1
 
 
+@pytest.mark.slow
 def test_url_gives_the_same_output(wav_file):
     from serverkit import run_server
 
@@ -122,7 +125,8 @@ class FileInputStream:
         pass
 
 
-def test_mic_captions_and_ctrl_c_flushes_the_last_utterance(monkeypatch, three):
+@pytest.mark.slow
+def test_mic_captions_and_ctrl_c_flushes_the_last_utterance(monkeypatch, three, sigint_raises):
     pcm16 = to_rate(*three, 16000)
     # no pause after the last sentence: only the Ctrl-C flush can finish it
     pcm16 = pcm16[: pcm16.size - 16000 * 4 // 10]
@@ -174,6 +178,7 @@ def test_usage_errors(args):
     assert result.exit_code == 2, result.output
 
 
+@pytest.mark.slow
 def test_missing_file_and_silence(tmp_path):
     result = run(str(tmp_path / "nope.wav"))
     assert result.exit_code == 1 and "no such audio file" in result.stderr

@@ -23,6 +23,8 @@ from llamactl.cli.main import app
 from llamactl.engine.audio.synth_mtmd import CannotSpeakError, open_mtmd_synthesizer, probe
 from llamactl.engine.errors import ModelNotFoundError
 
+MODEL_FIXTURES = {"text_model"}  # fixtures that load a model: users are slow
+
 
 @pytest.fixture(scope="module")
 def text_model() -> Path:
@@ -74,6 +76,7 @@ def test_llama_cpp_refusal_is_explained(tmp_path, text_model):
         open_mtmd_synthesizer(text_model, broken)
 
 
+@pytest.mark.slow
 def test_a_projector_llama_cpp_loads_but_that_cannot_speak(tmp_path_factory):
     """The whole native path: a tiny converted LFM2 checkpoint and its vision mmproj load in
     llama.cpp (`mtmd_init_from_file`), and `mtmd_gen_audio_get_info` reports no generator."""

@@ -241,6 +241,7 @@ def test_sound_device_player_feeds_the_callback_and_pads_with_silence():
     assert stream.closed
 
 
+@pytest.mark.slow
 def test_local_server_that_cannot_load_its_model_says_why(tmp_path):
     from llamactl.tui.errors import LocalServerError
     from llamactl.tui.local_server import LocalServer

@@ -98,9 +98,8 @@ class LocalServer:
     def stop(self) -> None:
         server, self._server = self._server, None
         if server is not None:
-            engine = getattr(self.app.state.llamactl, "engine", None)
-            if engine is not None:
-                engine.close()  # open streams end now instead of after the grace period
+            # open streams end now instead of after the grace period
+            self.app.state.llamactl.stop_generating()
             server.should_exit = True
         thread, self._thread = self._thread, None
         if thread is not None:

@@ -53,6 +53,15 @@ def serve_command(
             "--alias", "-a", help="Model id reported by /v1/models.", rich_help_panel=_MODEL
         ),
     ] = None,
+    mmproj: Annotated[
+        Path | None,
+        typer.Option(
+            "--mmproj",
+            help="A decision model's projector (default: mmproj-<model file> beside it).",
+            show_default=False,
+            rich_help_panel=_MODEL,
+        ),
+    ] = None,
     host: Annotated[
         str | None,
         typer.Option("--host", help="Address to listen on [127.0.0.1].", rich_help_panel=_SERVER),
@@ -477,7 +486,7 @@ def serve_command(
         raise typer.BadParameter(str(e), param_hint="--spec-type") from None
     resolved = resolve_model(settings)
     settings.resolved_api_keys()  # a missing key file is an error now, not at the first request
-    app = create_app(settings, model_path=resolved.path)
+    app = create_app(settings, model_path=resolved.path, mmproj=mmproj)
     console = stderr_console()
     console.print(
         f"[bold]llamactl serve[/]: {resolved.name} on "
@@ -517,23 +526,19 @@ def _run(app, settings, log_level: str) -> None:
 
     import uvicorn
 
+    from llamactl.server.app_state import AppState
     from llamactl.server.edge.uvicorn_options import uvicorn_options
     from llamactl.server.request_log import uvicorn_log_config
 
-    state = app.state.llamactl
-
-    def stop_generating() -> None:
-        if state.engine is not None:
-            state.engine.close()  # every open stream gets EngineClosedError, then ends
+    state: AppState = app.state.llamactl
+    stop_generating = state.stop_generating  # every open stream gets an error event, then ends
 
     async def drain_then_stop() -> None:
-        drain = getattr(state.engine, "drain", None)  # a decision model's engine has none
-        if drain is None or settings.shutdown_grace <= 0:
+        if settings.shutdown_grace <= 0 or not state.drain():
             stop_generating()
             return
-        drain()
         deadline = time.monotonic() + settings.shutdown_grace
-        while state.engine is not None and state.engine.busy_slots and time.monotonic() < deadline:
+        while state.busy_slots and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         stop_generating()
 

@@ -33,7 +33,7 @@ def check_transcription_model(service: AudioService, app: FastAPI, model: str | 
     written for OpenAI runs unchanged."""
     if not model:
         return
-    configured = getattr(app.state.llamactl.settings, "transcribe_model", None)
+    configured = app.state.llamactl.settings.transcribe_model
     names = {service.transcriber.name, str(configured or "")} | EMBEDDED_ALIASES
     if model not in names:
         raise APIError(

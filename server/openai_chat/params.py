@@ -33,7 +33,7 @@ def choice_count(state: ServerState, body: SamplingFields) -> int:
     field, value = ("n_cmpl", body.n_cmpl) if body.n_cmpl is not None else ("n", body.n)
     if value is None:
         return 1
-    check_int_range(field, value, 1, state.engine.config.n_parallel)
+    check_int_range(field, value, 1, state.require_text_engine().config.n_parallel)
     return value
 
 

@@ -113,7 +113,7 @@ def _continue_reasoning(
     """`continue_final_message: "reasoning_content"`: reopen the last assistant turn's
     reasoning block as its content, so the prompt ends inside the block and the model goes
     on thinking. Returns the messages to render and the reasoning being continued."""
-    markers = state.chat.markers
+    markers = state.require_chat().markers
     if markers is None:
         raise bad_request(
             "continue_final_message 'reasoning_content' needs a chat template with "
@@ -219,7 +219,7 @@ async def events(
             yield event, []
         return
     # ChatStream drops the engine's per-token logprobs, so read its raw stream and translate.
-    token_bytes = state.engine.model.token_bytes
+    token_bytes = state.require_text_engine().model.token_bytes
     pending: dict[int, list[dict[str, Any]]] = defaultdict(list)
     async for raw in job.stream.raw:
         if isinstance(raw, TextDelta):

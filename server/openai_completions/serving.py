@@ -46,7 +46,7 @@ def _prompts(state: ServerState, prompt: Any) -> list[list[int]]:
         prompt = [prompt]
     if not prompt:
         raise bad_request("Field 'prompt': must not be empty")
-    model = state.engine.model
+    model = state.require_text_engine().model
     out = []
     for i, p in enumerate(prompt):
         tokens = model.tokenize(p, add_special=True) if isinstance(p, str) else list(p)
@@ -81,7 +81,7 @@ def start(state: ServerState, body: CompletionRequest) -> CompletionJob:
                 logprobs=body.logprobs,
                 cache_prompt=body.cache_prompt,
             )
-            streams.append(state.engine.submit(request))
+            streams.append(state.require_text_engine().submit(request))
     except LlamactlError as exc:
         for stream in streams:
             stream.cancel()

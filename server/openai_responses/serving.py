@@ -226,7 +226,8 @@ class ResponseRun:
         if reasoning is None:
             # The engine does not report it: count the reasoning text's tokens instead.
             text = self.builder.reasoning
-            reasoning = len(self.state.engine.tokenize(text, add_special=False)) if text else 0
+            engine = self.state.require_text_engine()
+            reasoning = len(engine.tokenize(text, add_special=False)) if text else 0
         return {
             "input_tokens": u.prompt_tokens,
             "input_tokens_details": {"cached_tokens": u.cached_tokens},

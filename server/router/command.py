@@ -7,6 +7,8 @@ is a random secret of its own (`new_secret`), in LLAMACTL_API_KEY: an environmen
 which `ps` does not show and only the same user (or root) can read, unlike the argv. Every
 setting the router does not keep for itself is passed as a LLAMACTL_* variable: the router's
 value, or the preset's for that model. Settings added later reach children with no change here.
+What is not a setting but a fact about the model's files (its projector) is a flag of the
+child's command line (`CHILD_FLAGS`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from .preset import ROUTER_ONLY
 
 CHILD_HOST = "127.0.0.1"
 DEFAULT_LAUNCHER: tuple[str, ...] = (sys.executable, "-m", "llamactl")
+# Pass-through keys of a model (preset or --models-dir pairing) -> the child's flag for them.
+# `draft_model` has none: the child takes its draft model from the `model_draft` setting.
+CHILD_FLAGS = {"mmproj": "--mmproj"}
 
 
 def env_text(value: Any) -> str:
@@ -59,8 +64,6 @@ def child_env(
     for name, value in child_settings(settings, spec).items():
         if value is not None:
             env[ENV_PREFIX + name.upper()] = env_text(value)
-    for name, value in spec.extra.items():
-        env[ENV_PREFIX + name.upper()] = value
     return env
 
 
@@ -70,6 +73,9 @@ def child_argv(
     """`llamactl serve` for one model on a loopback port, reporting the model's router name."""
     if spec.path is None:
         raise ValueError(f"model {spec.name!r} has no file")
+    flags = [
+        a for key, flag in CHILD_FLAGS.items() if key in spec.extra for a in (flag, spec.extra[key])
+    ]
     return [
         *launcher,
         "serve",
@@ -83,4 +89,5 @@ def child_argv(
         str(port),
         "--log-level",
         "warning",
+        *flags,
     ]

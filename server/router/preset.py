@@ -9,8 +9,9 @@
 
 Every key except `model` and `aliases` is a `llamactl serve` setting, checked here with the
 same rules as the config file so a typo stops the router at start rather than a child at its
-first request. Keys for features still to come (`draft_model`, `mmproj`) are accepted and
-handed to the child as LLAMACTL_* variables.
+first request. Two keys are not settings: `mmproj` (a decision model's projector) reaches the
+child as its `--mmproj` flag; `draft_model` (llama-server's name) is accepted and not used,
+the `model_draft` setting names a draft model.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ ROUTER_ONLY = frozenset(
         "api_key_file",
     }
 )
-# Keys of later features: passed through untouched (paths resolved against the preset file).
+# Keys that are not settings: kept as written (paths resolved against the preset file).
 PASS_THROUGH = frozenset({"draft_model", "mmproj"})
 _META = ("model", "aliases")
 _FROM_CLI = re.compile(r" \(from cli \(--[\w-]+\)\)$")

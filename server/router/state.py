@@ -1,8 +1,9 @@
 """What the router's routes and middleware share: settings, keys and the model manager.
 
-It stands where a single-model server keeps its ServerState, so the same GateMiddleware
-(request ids, API keys) serves both: the router is always ready, and it has no engine of its
-own (each child has one), which the shutdown path of `llamactl serve` checks for.
+It is the router's `AppState`, as ServerState is a single-model server's, so the same
+GateMiddleware (request ids, API keys) and the same graceful stop serve both: the router is
+always ready, and it generates nothing itself (each child has its engine, stopping the
+children is the manager's job).
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from .catalog import ModelSpec
 from .command import child_settings
 from .manager import ModelManager
 
+__all__ = ["RouterState"]
+
 
 class RouterState:
     ready = True
     load_error: str | None = None
-    engine = None  # children own the engines; stopping them is the manager's job
+    busy_slots = 0  # no generation runs in the router's own process
 
     def __init__(self, settings: Settings, manager: ModelManager) -> None:
         self.settings = settings
@@ -30,3 +33,9 @@ class RouterState:
     def slots(self, spec: ModelSpec) -> int:
         """The model's --parallel: what its child was started with."""
         return int(child_settings(self.settings, spec)["parallel"])
+
+    def drain(self) -> bool:
+        return False  # nothing to wait for here: the manager stops the children
+
+    def stop_generating(self) -> None:
+        """Nothing generates in the router's process."""

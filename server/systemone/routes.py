@@ -16,7 +16,7 @@ from .protocol import body_doc as _body
 
 router = APIRouter(tags=["decisions"])
 
-_ERRORS = {
+_ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "An invalid request; the message names the question and field"},
     501: {"description": "Not a decision model, or media the model cannot take"},
 }
@@ -32,7 +32,7 @@ _ERRORS = {
 @router.post("/systemone", include_in_schema=False)
 async def systemone(request: Request) -> JSONResponse:
     state = server_state(request)
-    engine = serving.decision_engine(state)
+    engine = state.require_decisions()
     result = await serving.score(engine, await serving.read_body(request))
     return JSONResponse(serving.systemone_response(state, result))
 
@@ -47,7 +47,7 @@ async def systemone(request: Request) -> JSONResponse:
 @router.post("/decisions", include_in_schema=False)
 async def decisions(request: Request) -> JSONResponse:
     state = server_state(request)
-    engine = serving.decision_engine(state)
+    engine = state.require_decisions()
     body = await serving.read_body(request)
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")

@@ -1,32 +1,25 @@
 """The app's synthesizer and the bridge from its blocking iterator to the event loop.
 
-The synthesizer is created on first use (a server that never speaks loads nothing) and every
-step of it runs on a worker thread, so the event loop never waits on eSpeak. When a client
-leaves mid-stream, closing the async iterator closes the backend's iterator, which cancels it.
+The synthesizer (the server state's `speech` service) is created on first use (a server that
+never speaks loads nothing) and every step of it runs on a worker thread, so the event loop
+never waits on eSpeak. When a client leaves mid-stream, closing the async iterator closes the
+backend's iterator, which cancels it.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import numpy as np
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from llamactl.engine.audio.synth import (
-    Synthesizer,
-    UnsupportedVoiceFeature,
-    as_int16,
-    open_synthesizer,
-)
-from llamactl.engine.audio.synth_mtmd import CannotSpeakError, open_mtmd_synthesizer
+from llamactl.engine.audio.synth import Synthesizer, UnsupportedVoiceFeature, as_int16
+from llamactl.engine.audio.synth_mtmd import CannotSpeakError
 
-from ..errors import APIError
-
-_lock = threading.Lock()
-_ATTR = "llamactl_tts"
+from ..services import not_supported
+from ..state import ServerState
 
 # OpenAI's voice names, spoken by eSpeak NG variants so each name sounds distinct and stable.
 OPENAI_VOICES = {
@@ -45,37 +38,12 @@ OPENAI_VOICES = {
     "cedar": "en-us+m4",
 }
 
-# Tests replace this to plug another backend in.
-SYNTHESIZER_FACTORY: Callable[[], Synthesizer] = open_synthesizer
-
 
 def synthesizer(app: FastAPI) -> Synthesizer:
-    """The app's synthesizer: eSpeak NG, or the configured llama.cpp TTS model (`tts_model`);
-    a model that cannot speak raises CannotSpeakError on every call (HTTP 501)."""
-    synth = getattr(app.state, _ATTR, None)
-    if isinstance(synth, CannotSpeakError):
-        raise synth
-    if synth is not None:
-        return synth
-    with _lock:
-        synth = getattr(app.state, _ATTR, None)
-        if synth is None:
-            try:
-                synth = _factory(app)()
-            except CannotSpeakError as exc:
-                synth = exc
-            setattr(app.state, _ATTR, synth)
-    if isinstance(synth, CannotSpeakError):
-        raise synth
-    return synth
-
-
-def _factory(app: FastAPI) -> Callable[[], Synthesizer]:
-    settings = getattr(getattr(app.state, "llamactl", None), "settings", None)
-    model = getattr(settings, "tts_model", None)
-    if model is None or SYNTHESIZER_FACTORY is not open_synthesizer:
-        return SYNTHESIZER_FACTORY
-    return lambda: open_mtmd_synthesizer(model, settings.tts_mmproj)
+    """The server state's `speech` service: eSpeak NG, or the configured llama.cpp TTS model
+    (`tts_model`); a model that cannot speak raises CannotSpeakError on every call (HTTP 501)."""
+    state: ServerState = app.state.llamactl
+    return state.speech.get()
 
 
 @asynccontextmanager
@@ -84,11 +52,8 @@ async def tts_lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        with _lock:
-            synth = getattr(app.state, _ATTR, None)
-            setattr(app.state, _ATTR, None)
-        if isinstance(synth, Synthesizer):
-            synth.close()
+        state: ServerState = app.state.llamactl
+        state.speech.close()
 
 
 async def start(
@@ -107,20 +72,18 @@ async def start(
         try:
             synth = synthesizer(app)
         except CannotSpeakError as exc:
-            raise APIError(501, str(exc), "not_supported_error") from None
+            raise not_supported(str(exc)) from None
         if speaker_ref and not synth.can_clone:
-            raise APIError(
-                501,
+            raise not_supported(
                 f"Field 'speaker_ref': the {synth.name} voice cannot be cloned from reference "
-                "audio; voice cloning needs an mtmd TTS model",
-                "not_supported_error",
+                "audio; voice cloning needs an mtmd TTS model"
             )
         try:
             chunks = synth.synthesize(
                 text, voice=voice, speed=speed, speaker_ref=speaker_ref, seed=seed
             )
         except UnsupportedVoiceFeature as exc:
-            raise APIError(501, str(exc), "not_supported_error") from None
+            raise not_supported(str(exc)) from None
         return synth.sample_rate, chunks
 
     rate, chunks = await run_in_threadpool(open_stream)

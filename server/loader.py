@@ -1,0 +1,163 @@
+"""Loading the model of a single-model server, and choosing once what it serves.
+
+A chat model gets the text engine and the chat model over it; a decision model gets a
+`DecisionEngine` (one forward pass per question, no text generation: MiniCPM-OCR-Jev has no
+LM head) and nothing else, so a decision model can never silently generate text. The choice
+is read from the GGUF header alone, before anything loads. The speech services (transcription,
+speech) come from the settings and are made on first use (`OnDemand`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from llamactl.config import Settings
+from llamactl.engine.audio import AudioService
+from llamactl.engine.audio.synth import Synthesizer, open_synthesizer
+from llamactl.engine.audio.synth_mtmd import open_mtmd_synthesizer
+from llamactl.engine.conversation import ChatModel
+from llamactl.engine.decision import (
+    DecisionConfig,
+    DecisionEngine,
+    decision_type_of,
+    find_mmproj,
+    load_decision_model,
+)
+from llamactl.engine.engine import Engine, EngineConfig
+from llamactl.engine.errors import LlamactlError
+from llamactl.engine.gguf_info import read_gguf_info
+from llamactl.engine.model import Model
+from llamactl.models import resolve_model
+
+__all__ = [
+    "Loaded",
+    "is_decision_model",
+    "load_chat",
+    "load_decisions",
+    "open_speech",
+    "open_transcription",
+    "text_engine",
+]
+
+log = logging.getLogger("llamactl.server")
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The services of one loaded model; a service the model does not offer is None."""
+
+    engine: Engine | None = None  # text generation (chat models)
+    chat: ChatModel | None = None  # the chat template over `engine`
+    decisions: DecisionEngine | None = None  # typed questions (decision models)
+
+
+def is_decision_model(path: Path) -> bool:
+    """From the GGUF header alone: no model load."""
+    try:
+        return decision_type_of(read_gguf_info(path)) is not None
+    except LlamactlError:
+        return False  # not readable here: the chat loader reports it
+
+
+def load_chat(settings: Settings, make_engine: Callable[[], Engine]) -> Loaded:
+    """The engine `make_engine` builds and a chat model over it, with the settings' template
+    file if one is set (read first: a missing file fails before the model loads)."""
+    template = None
+    if settings.chat_template_file is not None:
+        template = Path(settings.chat_template_file).read_text(encoding="utf-8")
+    engine = make_engine()
+    try:
+        return Loaded(engine=engine, chat=ChatModel(engine, template=template))
+    except BaseException:
+        engine.close()
+        engine.model.close()
+        raise
+
+
+def text_engine(settings: Settings, model_path: Path) -> Engine:
+    """The batched generation engine over the model at `model_path`."""
+    s = settings
+    model = Model(model_path)
+    config = EngineConfig(
+        n_parallel=s.parallel,
+        n_ctx=s.n_ctx or None,
+        n_batch=s.batch_size,
+        n_ubatch=s.batch_size,
+        n_threads=s.threads,
+        kv_unified=s.kv_unified,
+        flash_attn=s.flash_attn != "off",
+        max_queue=s.max_queue,
+        kv_type=s.cache_type,
+        cache_ram_mib=s.cache_ram,
+        cache_idle_slots=s.cache_idle_slots,
+        slot_prompt_similarity=s.slot_prompt_similarity,
+        ctx_checkpoints=s.ctx_checkpoints,
+        checkpoint_min_step=s.checkpoint_min_step,
+        spec_types=tuple(s.spec_type),
+        model_draft=resolve_model(s, s.model_draft).path if s.model_draft else None,
+        spec_draft_n_max=s.spec_draft_n_max,
+        spec_draft_n_min=s.spec_draft_n_min,
+        spec_draft_p_min=s.spec_draft_p_min,
+    )
+    try:
+        return Engine(model, config)
+    except BaseException:
+        model.close()
+        raise
+
+
+def load_decisions(
+    settings: Settings, model_path: Path, mmproj: Path | None, model_id: str
+) -> Loaded:
+    """The decision engine over the model at `model_path`, with `mmproj` (default: the
+    `mmproj-<model file>` beside it) as its projector."""
+    s = settings
+    dm = load_decision_model(
+        model_path, mmproj=mmproj or find_mmproj(model_path), n_threads=s.threads
+    )
+    for note in dm.notes:
+        log.info("%s", note)
+    config = DecisionConfig(
+        n_parallel=s.parallel,
+        n_ctx=s.n_ctx or None,
+        n_batch=s.batch_size,
+        n_threads=s.threads,
+        flash_attn=s.flash_attn != "off",
+        max_queue=s.max_queue,
+    )
+    try:
+        engine = DecisionEngine(dm, config)
+    except BaseException:
+        dm.close()
+        raise
+    log.info(
+        "decision model %s (%s), %d slots, at most %d options per question%s",
+        model_id,
+        dm.dtype.name,
+        config.n_parallel,
+        engine.max_options,
+        f", mmproj {dm.projector.path.name}" if dm.projector else "",
+    )
+    return Loaded(decisions=engine)
+
+
+def open_transcription(settings: Settings, llm_busy: Callable[[], bool]) -> AudioService:
+    """The speech-to-text service of `/v1/audio/transcriptions` and `/v1/realtime` (its model
+    loads on first use); its worker keeps off the cores while `llm_busy()`."""
+    return AudioService(
+        settings.transcribe_model,
+        mmproj=settings.transcribe_mmproj,
+        threads=settings.transcribe_threads or settings.threads,
+        llm_busy=llm_busy,
+    )
+
+
+def open_speech(settings: Settings) -> Synthesizer:
+    """eSpeak NG, or the llama.cpp TTS model of the settings (`tts_model`, `tts_mmproj`); a
+    model that cannot speak raises CannotSpeakError (HTTP 501)."""
+    if settings.tts_model is None:
+        return open_synthesizer()
+    return open_mtmd_synthesizer(settings.tts_model, settings.tts_mmproj)
