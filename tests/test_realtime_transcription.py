@@ -16,6 +16,8 @@ from audiokit import SENTENCES, silence, speech, to_rate, wer
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+from llamactl.realtime import protocol
+
 VOICE = "en-us+f2"
 WER_BOUND = 0.3
 RATE = 24000
@@ -53,6 +55,7 @@ class Client:
 
     def recv(self, timeout: float = 60) -> dict[str, Any]:
         event = json.loads(self.ws.recv(timeout=timeout))
+        protocol.check_server_event(event)  # every event the server sends is the protocol's
         self.events.append(event)
         return event
 

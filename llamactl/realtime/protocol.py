@@ -908,6 +908,9 @@ class ServerEvent(_Shape):
     def build(cls, **fields: Any) -> Self:
         """The event from its fields, checked as `check_server_event` checks (the fake
         server builds its events so, and cannot drift from what clients read)."""
+        unknown = set(fields) - set(cls.model_fields)
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no fields {sorted(unknown)}")
         fields.setdefault("event_id", new_id("event_"))
         return cls.model_validate(
             {"type": cls.model_fields["type"].default, **fields}, context=_STRICT
@@ -1249,9 +1252,15 @@ class OutputAudioBufferCleared(ServerEvent):
 
 
 class UnknownEvent(ServerEvent):
-    """An event this module does not know (servers add events); its fields are kept."""
+    """An event this module does not know (servers add events), or a known one holding what
+    it cannot hold (`problem` says what). Its fields are kept as sent."""
 
     model_config = ConfigDict(extra="allow")
+    problem: str | None = None
+
+    def raw(self) -> dict[str, Any]:
+        """The event's fields as they came."""
+        return self.model_dump(exclude_unset=True, exclude={"problem"})
 
 
 _SERVER_EVENT_CLASSES: tuple[type[ServerEvent], ...] = (
@@ -1293,12 +1302,22 @@ SERVER_EVENTS.update(dict.fromkeys(REASONING_DONES, ReasoningDone))
 
 
 def read_server_event(data: dict[str, Any]) -> ServerEvent:
-    """A decoded server event as its model, tolerantly (see the module doc). Raises
-    ValidationError or ProtocolError when a field holds something of the wrong kind."""
-    cls = SERVER_EVENTS.get(data.get("type"), UnknownEvent)  # type: ignore[arg-type]
-    if cls is UnknownEvent:
-        return UnknownEvent.model_validate({"type": "", **data})
-    return cls.model_validate(data)
+    """A decoded server event as its model, tolerantly (see the module doc); never raises:
+    what cannot be read is an `UnknownEvent`."""
+    kind = data.get("type")
+    cls = SERVER_EVENTS.get(kind) if isinstance(kind, str) else None
+    problem = None
+    if cls is not None:
+        try:
+            return cls.model_validate(data)
+        except (ValidationError, ProtocolError) as exc:
+            problem = str(exc)
+    fields = {k: v for k, v in data.items() if k not in ("type", "event_id", "problem")}
+    event_id = data.get("event_id")
+    if isinstance(event_id, str):
+        fields["event_id"] = event_id
+    kind = kind if isinstance(kind, str) else ""
+    return UnknownEvent.model_validate({"type": kind, **fields, "problem": problem})
 
 
 def check_server_event(data: dict[str, Any]) -> ServerEvent:
