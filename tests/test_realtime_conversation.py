@@ -9,6 +9,7 @@ that it is still being heard whatever the machine's speed.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import threading
@@ -20,9 +21,11 @@ import numpy as np
 import openai
 import pytest
 from audiokit import SENTENCES, silence, speech, to_rate, wer
+from tuikit import FakeRealtimeServer, Script
 from websockets.sync.client import connect
 
 from llamactl.realtime import protocol
+from llamactl.realtime.client import RealtimeClient, session_config
 
 VOICE = "en-us+f2"
 RATE = 24000
@@ -550,11 +553,6 @@ def test_the_fake_and_the_server_send_the_same_protocol(live):
     """The TUI's tests run against tests/tuikit.py's fake: it and the real server answer the
     same turn with events that validate, strictly, against the same models, and the fake
     sends no event the server does not."""
-    import asyncio
-
-    from tuikit import FakeRealtimeServer, Script
-
-    from llamactl.realtime.client import RealtimeClient, session_config
 
     async def turn(url: str) -> None:
         client = RealtimeClient(url)
@@ -576,7 +574,7 @@ def test_the_fake_and_the_server_send_the_same_protocol(live):
     c.until("session.created")
     manual(c)
     c.say(QUESTION)
-    c.send("response.create")
+    c.send("response.create", response={"max_output_tokens": 30})
     c.until("response.done")  # every event checked in recv
     c.close()
     served = {e["type"] for e in c.events} | {"response.reasoning.delta"}  # SmolLM2 has none
