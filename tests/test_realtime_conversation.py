@@ -9,6 +9,7 @@ that it is still being heard whatever the machine's speed.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import threading
@@ -20,7 +21,11 @@ import numpy as np
 import openai
 import pytest
 from audiokit import SENTENCES, silence, speech, to_rate, wer
+from tuikit import FakeRealtimeServer, Script
 from websockets.sync.client import connect
+
+from llamactl.realtime import protocol
+from llamactl.realtime.client import RealtimeClient, session_config
 
 MODEL_FIXTURES = {"live"}  # fixtures that load a model: users are slow
 
@@ -62,6 +67,7 @@ class Client:
 
     def recv(self, timeout: float = 120) -> dict[str, Any]:
         event = json.loads(self.ws.recv(timeout=timeout))
+        protocol.check_server_event(event)  # every event the server sends is the protocol's
         self.events.append(event)
         return event
 
@@ -543,3 +549,35 @@ def test_created_audio_item_is_transcribed_before_the_answer(client):
     at = types.index("response.output_item.added")
     assert types.index(heard["type"]) < at and types.index("conversation.item.done") < at
     assert events[-1]["response"]["status"] in ("completed", "incomplete")
+
+
+def test_the_fake_and_the_server_send_the_same_protocol(live):
+    """The TUI's tests run against tests/tuikit.py's fake: it and the real server answer the
+    same turn with events that validate, strictly, against the same models, and the fake
+    sends no event the server does not."""
+
+    async def turn(url: str) -> None:
+        client = RealtimeClient(url)
+        await client.connect()
+        await client.update_session(session_config(vad=False, audio_out=True))
+        await client.add_user_text(QUESTION)
+        await client.create_response()
+        async for event in client.events():
+            if isinstance(event, protocol.ResponseDone):
+                break
+        await client.close()
+
+    fake = FakeRealtimeServer(Script(reasoning=["Hm."], audio_ms=300))
+    with fake.running():
+        asyncio.run(turn(fake.url))
+    for event in fake.sent:
+        protocol.check_server_event(event)
+    c = Client(live)
+    c.until("session.created")
+    manual(c)
+    c.say(QUESTION)
+    c.send("response.create", response={"max_output_tokens": 30})
+    c.until("response.done")  # every event checked in recv
+    c.close()
+    served = {e["type"] for e in c.events} | {"response.reasoning.delta"}  # SmolLM2 has none
+    assert {e["type"] for e in fake.sent} <= served

@@ -16,6 +16,8 @@ from audiokit import SENTENCES, silence, speech, to_rate, wer
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+from llamactl.realtime import protocol
+
 MODEL_FIXTURES = {"live"}  # fixtures that load a model: users are slow
 
 VOICE = "en-us+f2"
@@ -55,6 +57,7 @@ class Client:
 
     def recv(self, timeout: float = 60) -> dict[str, Any]:
         event = json.loads(self.ws.recv(timeout=timeout))
+        protocol.check_server_event(event)  # every event the server sends is the protocol's
         self.events.append(event)
         return event
 

@@ -12,11 +12,11 @@ import pytest
 from llamactl.tui import events as ev
 from llamactl.tui.app import latency_from_metadata
 from llamactl.tui.audio import RATE, CountingPlayer, FileSource, Player, level_dbfs
-from llamactl.tui.client import Endpoint, session_config
-from llamactl.tui.errors import ServerUnreachableError
 from typer.testing import CliRunner
 
 from llamactl.cli.main import app as cli
+from llamactl.realtime.client import Endpoint, session_config
+from llamactl.realtime.errors import ServerUnreachableError
 
 
 @pytest.mark.parametrize(

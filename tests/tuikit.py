@@ -5,6 +5,11 @@ that speaks the GA Realtime events the way llamactl's conversation sessions do, 
 scripted answer per response, and records every client event and every control request. Its
 reasoning can be held open until `POST /v1/chat/completions/control` ends it, so tests can
 check that the TUI sends the live response's id.
+
+The fake builds every event it sends through `llamactl.realtime.protocol` (strictly: all the
+fields the real server sends, no others) and reads every client event through it, so a change
+of the protocol breaks the fake's tests as it breaks the server's; `SENT` keeps what it sent
+(tests/test_realtime_protocol.py checks the real server against the same models).
 """
 
 from __future__ import annotations
@@ -30,8 +35,38 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from llamactl.engine.audio.capture import AudioDeviceError
+from llamactl.realtime import protocol
 
 MODEL = "fake-model"
+FORMAT = {"type": "audio/pcm", "rate": 24000}
+
+
+def session(output_modalities: list[str]) -> dict[str, Any]:
+    """The effective conversation session, as llamactl reports it."""
+    return {
+        "object": "realtime.session",
+        "type": "realtime",
+        "id": "sess_fake",
+        "model": MODEL,
+        "output_modalities": output_modalities,
+        "instructions": "",
+        "audio": {
+            "input": {
+                "format": FORMAT,
+                "transcription": {"model": "whisper-tiny.en", "prompt": "", "language": None},
+                "turn_detection": None,
+                "noise_reduction": None,
+            },
+            "output": {"format": FORMAT, "voice": "alloy", "speed": 1.0},
+        },
+        "max_output_tokens": "inf",
+        "tool_choice": "auto",
+        "tools": [],
+        "tracing": None,
+        "truncation": "auto",
+        "include": None,
+        "temperature": None,
+    }
 
 
 @dataclass
@@ -61,6 +96,7 @@ class FakeRealtimeServer:
         self.script = script or Script()
         self.api_key = api_key
         self.received: list[dict[str, Any]] = []
+        self.sent: list[dict[str, Any]] = []  # every server event, as sent
         self.controls: list[dict[str, Any]] = []
         self.connections = 0
         self.url = ""
@@ -84,9 +120,12 @@ class FakeRealtimeServer:
         return [e for e in self.received if e["type"] == type_]
 
     def push(self, type_: str, **fields: Any) -> None:
-        """Send a server event on the open session from the test's thread (VAD, barge-in)."""
+        """Send a server event on the open session from the test's thread (VAD, barge-in);
+        the fields left out get the protocol's defaults."""
         assert self._loop is not None and self._send is not None
-        future = asyncio.run_coroutine_threadsafe(self._send(type_, **fields), self._loop)
+        cls = protocol.SERVER_EVENTS[type_]
+        full = cls(**fields).model_dump(mode="json", exclude={"type", "event_id"})
+        future = asyncio.run_coroutine_threadsafe(self._send(type_, **full), self._loop)
         future.result(timeout=5)
 
     def finish_reasoning(self, response_id: str) -> None:
@@ -126,28 +165,39 @@ class FakeRealtimeServer:
         running: dict[str, asyncio.Task[None]] = {}
 
         async def send(type_: str, **fields: Any) -> None:
+            built = protocol.SERVER_EVENTS[type_].build(event_id=self._id("ev"), **fields)
+            wire = built.wire()
             async with lock:
-                await ws.send_text(
-                    json.dumps({"type": type_, "event_id": self._id("ev"), **fields})
-                )
+                self.sent.append(wire)
+                await ws.send_text(json.dumps(wire))
 
         self._send = send
-        await send("session.created", session={"type": "realtime", "model": MODEL})
+        await send("session.created", session=session(["audio"]))
         previous: str | None = None
         try:
             while True:
                 event = json.loads(await ws.receive_text())
                 self.received.append(event)
                 t = event["type"]
-                if t == "session.update":
-                    await send("session.updated", session={"type": "realtime", "model": MODEL})
-                elif t == "conversation.item.create":
-                    item = {**event["item"], "id": self._id("item")}
+                parsed = protocol.CLIENT_EVENTS[t].parse(event)  # the client speaks the protocol
+                if isinstance(parsed, protocol.SessionUpdate):
+                    update = protocol.RealtimeSession.parse(parsed.session)
+                    modalities = update.output_modalities or ["audio"]
+                    await send("session.updated", session=session(modalities))
+                elif isinstance(parsed, protocol.ConversationItemCreate):
+                    item = {
+                        "id": self._id("item"),
+                        "object": "realtime.item",
+                        "status": "completed",
+                        **parsed.item.model_dump(mode="json", exclude_unset=True),
+                    }
                     await send("conversation.item.added", previous_item_id=previous, item=item)
                     previous = item["id"]
                 elif t == "input_audio_buffer.commit":
                     item_id = self._id("item")
-                    await send("input_audio_buffer.committed", item_id=item_id)
+                    await send(
+                        "input_audio_buffer.committed", previous_item_id=previous, item_id=item_id
+                    )
                     for delta in self.script.transcript:
                         await send(
                             "conversation.item.input_audio_transcription.delta",
@@ -160,6 +210,7 @@ class FakeRealtimeServer:
                         item_id=item_id,
                         content_index=0,
                         transcript="".join(self.script.transcript),
+                        usage={"type": "duration", "seconds": 1.0},
                     )
                     previous = item_id
                 elif t == "response.create":
@@ -171,7 +222,7 @@ class FakeRealtimeServer:
                             task.cancel()
                             with contextlib.suppress(asyncio.CancelledError):
                                 await task
-                            await send("response.done", response=self._done(rid, "cancelled"))
+                            await send("response.done", response=self._response(rid, "cancelled"))
                         running.pop(rid)
         except (WebSocketDisconnect, RuntimeError):
             pass
@@ -179,27 +230,34 @@ class FakeRealtimeServer:
             for task in running.values():
                 task.cancel()
 
-    def _done(self, rid: str, status: str) -> dict[str, Any]:
+    def _response(self, rid: str, status: str, spoken: bool = False) -> dict[str, Any]:
+        """The response object: in progress (`response.created`) or ended."""
+        details = None
+        if status == "cancelled":
+            details = {"type": status, "reason": "client_cancelled"}
+        elif status != "in_progress":
+            details = {"type": status}
+        done = status != "in_progress"
         return {
             "object": "realtime.response",
             "id": rid,
             "status": status,
-            "status_details": {"type": status, "reason": "client_cancelled"}
-            if status == "cancelled"
-            else None,
+            "status_details": details,
             "output": [],
-            "usage": {"total_tokens": 10, "input_tokens": 5, "output_tokens": 5},
-            "metadata": self.script.metadata,
+            "conversation_id": "conv_default",
+            "output_modalities": ["audio"] if spoken else ["text"],
+            "max_output_tokens": "inf",
+            "audio": {"output": {"format": FORMAT, "voice": "alloy"}},
+            "usage": {"total_tokens": 10, "input_tokens": 5, "output_tokens": 5} if done else None,
+            "metadata": self.script.metadata if done else None,
         }
 
     async def _respond(self, send, rid: str) -> None:
         script = self.script
         item_id = self._id("item")
         ended = self._live[rid] = asyncio.Event()
-        await send(
-            "response.created",
-            response={"object": "realtime.response", "id": rid, "status": "in_progress"},
-        )
+        spoken = script.audio_ms > 0
+        await send("response.created", response=self._response(rid, "in_progress", spoken))
         common = {"response_id": rid, "item_id": item_id, "output_index": 0, "content_index": 0}
         for delta in script.reasoning:
             if ended.is_set():
@@ -208,7 +266,6 @@ class FakeRealtimeServer:
         if script.hold_reasoning:
             await ended.wait()
         ended.set()
-        spoken = script.audio_ms > 0
         kind = "response.output_audio_transcript" if spoken else "response.output_text"
         for i, delta in enumerate(script.answer):
             await send(f"{kind}.delta", delta=delta, **common)
@@ -224,7 +281,7 @@ class FakeRealtimeServer:
             await send(f"{kind}.done", transcript=text, **common)
         else:
             await send(f"{kind}.done", text=text, **common)
-        await send("response.done", response=self._done(rid, "completed"))
+        await send("response.done", response=self._response(rid, "completed", spoken))
 
     # ------------------------------------------------------------------ serving
     @contextlib.contextmanager

@@ -20,11 +20,11 @@ from textual.binding import Binding
 from textual.widgets import Footer, Input
 
 from llamactl.engine.audio.capture import AudioDeviceError, input_devices
+from llamactl.realtime.client import RealtimeClient, session_config
+from llamactl.realtime.errors import ConnectionClosedError, RealtimeClientError
 
 from . import events as ev
 from .audio import AudioSource, MicSource, Player, level_dbfs, open_player
-from .client import RealtimeClient, session_config
-from .errors import ConnectionClosedError, TuiError
 from .widgets import ChatLine, DevicePicker, History, MicBar, ReasoningPane, StatusBar, TurnLatency
 
 HELP = (
@@ -203,7 +203,7 @@ class ChatApp(App[None]):
         client = RealtimeClient(self.url, api_key=self.api_key, model=self.model)
         try:
             await client.connect()
-        except TuiError as exc:
+        except RealtimeClientError as exc:
             self.error(f"{exc}. /reset tries again.")
             self.set_state("disconnected")
             return
@@ -212,7 +212,8 @@ class ChatApp(App[None]):
             # answered after session.created; until then the session takes no other event
             await client.update_session(self._session_config())
             self.set_state("starting session")
-            async for event in client.events():
+            async for message in client.events():
+                event = ev.of(message)
                 if self.client is not client and isinstance(event, ev.SessionReady):
                     await self._session_ready(client, event)
                 self.handle(event)
@@ -257,7 +258,7 @@ class ChatApp(App[None]):
                 continue
             try:
                 await self._send_one(client, command)
-            except TuiError:
+            except RealtimeClientError:
                 pass  # the session worker reports the lost connection
             except Exception as exc:
                 self.error(f"Could not send {command[0]} ({type(exc).__name__}: {exc}).")
@@ -528,7 +529,7 @@ class ChatApp(App[None]):
         self.control_requests.append(response_id)
         try:
             result = await client.end_reasoning(response_id)
-        except TuiError as exc:
+        except RealtimeClientError as exc:
             self.error(f"Could not skip the reasoning: {exc}")
             self.reasoning.mark("streaming")
             return

@@ -1,24 +1,15 @@
-"""Typed errors of the TUI and its realtime client; each message is meant for the screen."""
+"""Typed errors of the TUI; each message is meant for the screen. The realtime client's
+own failures (unreachable server, refused key, closed socket) are `llamactl.realtime.errors`."""
 
 from __future__ import annotations
 
 from llamactl.engine.errors import LlamactlError
 
+__all__ = ["LocalServerError", "TuiError"]
+
 
 class TuiError(LlamactlError):
-    """Base of every error the TUI shows instead of a traceback."""
-
-
-class ServerUnreachableError(TuiError):
-    """Nothing answers at the URL (refused, timed out, DNS)."""
-
-
-class AuthenticationError(TuiError):
-    """The server refused the API key (HTTP 401 at the websocket handshake)."""
-
-
-class ConnectionClosedError(TuiError):
-    """The websocket closed while the session was in use."""
+    """Base of the errors the TUI itself raises."""
 
 
 class LocalServerError(TuiError):

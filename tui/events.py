@@ -1,18 +1,20 @@
-"""Server events of the Realtime API as small typed records.
+"""Server events as the app acts on them: small typed records.
 
-The wire shapes are OpenAI's GA Realtime events (openai-python `types/realtime/`); `parse`
-keeps only what a client shows or acts on, so the app never digs through raw dicts. Reasoning
-has no GA event: llamactl sends `response.reasoning.delta` / `.done` (an extension); the
-Responses API names (`response.reasoning_text.delta`) are read too. Anything unknown becomes
-`Other` (never an error: servers add events).
+The events are read by `llamactl.realtime.protocol` (the one definition of the GA shapes and
+llamactl's extensions, such as `response.reasoning.delta`); `of` keeps only what the app
+shows or acts on, and merges what it treats alike (text and spoken answers, the reasoning
+event names of both APIs). Anything unknown or unreadable becomes `Other` (never an error:
+servers add events).
 """
 
 from __future__ import annotations
 
-import base64
 import binascii
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from llamactl.realtime import protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,17 +74,16 @@ class UserTranscriptFailed:
 class ItemAdded:
     """`conversation.item.added` / `.created`: a user text item, an assistant message..."""
 
-    item: dict[str, Any]
+    item: protocol.ConversationItem
 
     @property
     def role(self) -> str | None:
-        return self.item.get("role")
+        return self.item.role
 
     @property
     def text(self) -> str:
         """The item's typed text (`input_text` / `text` parts), empty for audio parts."""
-        parts = self.item.get("content") or []
-        return "".join(p.get("text") or "" for p in parts if isinstance(p, dict) and "text" in p)
+        return self.item.text
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,104 +204,81 @@ ServerEvent = (
 )
 
 
-REASONING_DELTAS = (
-    "response.reasoning.delta",
-    "response.reasoning_text.delta",
-    "response.reasoning_summary_text.delta",
-)
-REASONING_DONES = (
-    "response.reasoning.done",
-    "response.reasoning_text.done",
-    "response.reasoning_summary_text.done",
-)
+def parse(data: dict[str, Any]) -> ServerEvent:
+    """One decoded JSON server event -> its typed record."""
+    return of(protocol.read_server_event(data))
 
 
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+def of(event: protocol.ServerEvent) -> ServerEvent:
+    """A protocol server event -> the record the app acts on."""
+    reader = _READERS.get(type(event))
+    return reader(event) if reader is not None else _other(event)
 
 
-def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+def _other(event: protocol.ServerEvent) -> ServerEvent:
+    if isinstance(event, protocol.UnknownEvent) and event.type == "error":
+        return ServerError("unknown server error")  # an error event we cannot read
+    return Other(event.type, event.raw())
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _response_done(ev: dict[str, Any]) -> ResponseFinished:
-    response = _dict(ev.get("response"))
-    details = _dict(response.get("status_details"))
+def _response_done(ev: protocol.ResponseDone) -> ResponseFinished:
+    response = ev.response or protocol.Response()
+    details = response.status_details or protocol.StatusDetails()
     return ResponseFinished(
-        response_id=_str(response.get("id")),
-        status=_str(response.get("status")) or "completed",
-        reason=_str(details.get("reason")) or _str(_dict(details.get("error")).get("message")),
-        usage=_dict(response.get("usage")),
-        metadata=_dict(response.get("metadata")),
+        response_id=response.id,
+        status=response.status,
+        reason=details.reason or (details.error.message if details.error else None) or None,
+        usage=response.usage.model_dump(exclude_unset=True) if response.usage else {},
+        metadata=dict(response.metadata or {}),
     )
 
 
-def _audio_delta(ev: dict[str, Any]) -> AudioDelta | ServerError:
+def _audio_delta(ev: protocol.AudioDelta) -> AudioDelta | ServerError:
     try:
-        pcm = base64.b64decode(_str(ev.get("delta")) or "", validate=True)
+        pcm = ev.pcm()
     except (binascii.Error, ValueError):
         return ServerError("the server sent audio that is not valid base64", code="bad_audio")
-    return AudioDelta(_str(ev.get("response_id")), _str(ev.get("item_id")), pcm)
+    return AudioDelta(ev.response_id, ev.item_id, pcm)
 
 
-def parse(ev: dict[str, Any]) -> ServerEvent:
-    """One decoded JSON server event -> its typed record."""
-    t = _str(ev.get("type")) or ""
-    rid = _str(ev.get("response_id"))
-    iid = _str(ev.get("item_id"))
-    if t in ("session.created", "session.updated"):
-        return SessionReady(_dict(ev.get("session")), updated=t == "session.updated")
-    if t == "input_audio_buffer.speech_started":
-        return SpeechStarted(iid, _int(ev.get("audio_start_ms")))
-    if t == "input_audio_buffer.speech_stopped":
-        return SpeechStopped(iid, _int(ev.get("audio_end_ms")))
-    if t == "input_audio_buffer.committed":
-        return InputCommitted(iid)
-    if t == "input_audio_buffer.cleared":
-        return InputCleared()
-    if t == "conversation.item.input_audio_transcription.delta":
-        return UserTranscriptDelta(iid, _str(ev.get("delta")) or "")
-    if t == "conversation.item.input_audio_transcription.completed":
-        return UserTranscriptDone(iid, _str(ev.get("transcript")) or "")
-    if t == "conversation.item.input_audio_transcription.failed":
-        message = _str(_dict(ev.get("error")).get("message")) or "transcription failed"
-        return UserTranscriptFailed(iid, message)
-    if t in ("conversation.item.added", "conversation.item.created"):
-        return ItemAdded(_dict(ev.get("item")))
-    if t == "response.created":
-        return ResponseStarted(_str(_dict(ev.get("response")).get("id")) or "")
-    if t in REASONING_DELTAS:
-        return ReasoningDelta(rid, _str(ev.get("delta")) or "")
-    if t in REASONING_DONES:
-        return ReasoningDone(rid, _str(ev.get("text")) or "")
-    if t == "response.output_text.delta":
-        return AnswerDelta(rid, iid, _str(ev.get("delta")) or "")
-    if t == "response.output_audio_transcript.delta":
-        return AnswerDelta(rid, iid, _str(ev.get("delta")) or "", spoken=True)
-    if t == "response.output_text.done":
-        return AnswerDone(rid, iid, _str(ev.get("text")) or "")
-    if t == "response.output_audio_transcript.done":
-        return AnswerDone(rid, iid, _str(ev.get("transcript")) or "", spoken=True)
-    if t == "response.output_audio.delta":
-        return _audio_delta(ev)
-    if t == "response.output_audio.done":
-        return AudioDone(rid, iid)
-    if t == "response.done":
-        return _response_done(ev)
-    if t == "output_audio_buffer.cleared":
-        return OutputAudioCleared(rid)
-    if t == "conversation.item.truncated":
-        return ItemTruncated(iid, _int(ev.get("audio_end_ms")))
-    if t == "error":
-        err = _dict(ev.get("error"))
-        return ServerError(
-            _str(err.get("message")) or "unknown server error",
-            type=_str(err.get("type")),
-            code=_str(err.get("code")),
-            param=_str(err.get("param")),
-        )
-    return Other(t, ev)
+def _session(ev: protocol.SessionCreated | protocol.SessionUpdated) -> SessionReady:
+    session = ev.session.model_dump(mode="json", exclude_unset=True)
+    return SessionReady(session, updated=isinstance(ev, protocol.SessionUpdated))
+
+
+def _error(ev: protocol.ErrorEvent) -> ServerError:
+    err = ev.error
+    return ServerError(err.message or "unknown server error", err.type or None, err.code, err.param)
+
+
+P = protocol
+_READERS: dict[type[protocol.ServerEvent], Callable[[Any], ServerEvent]] = {
+    P.SessionCreated: _session,
+    P.SessionUpdated: _session,
+    P.SpeechStarted: lambda e: SpeechStarted(e.item_id, e.audio_start_ms),
+    P.SpeechStopped: lambda e: SpeechStopped(e.item_id, e.audio_end_ms),
+    P.InputAudioBufferCommitted: lambda e: InputCommitted(e.item_id),
+    P.InputAudioBufferCleared: lambda e: InputCleared(),
+    P.InputTranscriptionDelta: lambda e: UserTranscriptDelta(e.item_id, e.delta),
+    P.InputTranscriptionCompleted: lambda e: UserTranscriptDone(e.item_id, e.transcript),
+    P.InputTranscriptionFailed: lambda e: UserTranscriptFailed(
+        e.item_id, e.error.message or "transcription failed"
+    ),
+    P.ConversationItemAdded: lambda e: ItemAdded(e.item),
+    P.ConversationItemCreated: lambda e: ItemAdded(e.item),
+    P.ResponseCreated: lambda e: ResponseStarted(e.response.id or ""),
+    P.ReasoningDelta: lambda e: ReasoningDelta(e.response_id, e.delta),
+    P.ReasoningDone: lambda e: ReasoningDone(e.response_id, e.text),
+    P.TextDelta: lambda e: AnswerDelta(e.response_id, e.item_id, e.delta),
+    P.AudioTranscriptDelta: lambda e: AnswerDelta(e.response_id, e.item_id, e.delta, spoken=True),
+    P.TextDone: lambda e: AnswerDone(e.response_id, e.item_id, e.text),
+    P.AudioTranscriptDone: lambda e: AnswerDone(
+        e.response_id, e.item_id, e.transcript, spoken=True
+    ),
+    P.AudioDelta: _audio_delta,
+    P.AudioDone: lambda e: AudioDone(e.response_id, e.item_id),
+    P.ResponseDone: _response_done,
+    P.OutputAudioBufferCleared: lambda e: OutputAudioCleared(e.response_id),
+    P.ConversationItemTruncated: lambda e: ItemTruncated(e.item_id, e.audio_end_ms),
+    P.ErrorEvent: _error,
+}

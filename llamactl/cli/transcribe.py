@@ -9,7 +9,6 @@ updates in place at a terminal; in a pipe only final lines are written.
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
 import threading
@@ -18,13 +17,17 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import numpy as np
 import typer
 
 from llamactl.cli._output import color_enabled, is_tty, print_error
 from llamactl.engine.errors import LlamactlError
+
+if TYPE_CHECKING:  # imported when --url is used: pydantic models take a while to build
+    from llamactl.realtime import protocol
+    from llamactl.realtime.client import BlockingClient
 
 HELP = """Transcribe speech: an audio file, raw PCM on stdin, or the microphone (live captions).
 
@@ -469,83 +472,49 @@ class RealtimeRunner(Runner):
         self.api_key = (api_key or "").split(",")[0].strip() or None
         self.language = language
 
-    def _ws_url(self) -> str:
-        base = self.url.rstrip("/")
-        if base.startswith("http"):
-            base = "ws" + base[4:]
-        elif not base.startswith("ws"):
-            base = "ws://" + base
-        if base.endswith("/v1"):
-            base = base[:-3]
-        return base + "/v1/realtime?intent=transcription"
-
-    def _connect(self) -> Any:
-        from websockets.exceptions import InvalidStatus, WebSocketException
-        from websockets.sync.client import connect
-
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
-        try:
-            return connect(
-                self._ws_url(), additional_headers=headers, open_timeout=30, max_size=None
-            )
-        except InvalidStatus as exc:
-            status = exc.response.status_code
-            if status == 401:
-                raise LlamactlError(
-                    f"{self.url} refused the API key (401); pass --api-key"
-                ) from None
-            raise LlamactlError(f"{self.url} answered HTTP {status} to /v1/realtime") from None
-        except (OSError, WebSocketException, TimeoutError) as exc:
-            raise LlamactlError(f"cannot connect to {self.url}: {exc}") from None
-
     def run(self, audio: AudioSource, captions: Captions, stop: threading.Event) -> None:
-        with self._connect() as ws:
-            self._handshake(ws)
-            self._stream(ws, audio, captions, stop)
+        from llamactl.realtime.client import BlockingClient, RealtimeClient
 
-    def _recv(self, ws: Any, timeout: float) -> dict[str, Any] | None:
-        try:
-            raw = ws.recv(timeout=timeout)
-        except TimeoutError:
-            return None
-        except Exception as exc:
-            raise LlamactlError(f"the server closed the session: {exc}") from None
-        return json.loads(raw)
+        client = RealtimeClient(
+            self.url, api_key=self.api_key, intent="transcription", open_timeout=30
+        )
+        with BlockingClient(client) as session:
+            self._handshake(session)
+            self._stream(session, audio, captions, stop)
 
-    def _await(self, ws: Any, wanted: str) -> dict[str, Any]:
+    def _await(self, session: BlockingClient, wanted: type[protocol.ServerEvent]) -> None:
+        from llamactl.realtime import protocol
+
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            ev = self._recv(ws, 1.0)
-            if ev is None:
-                continue
-            if ev.get("type") == "error":
-                raise LlamactlError(f"the server refused: {ev['error'].get('message')}")
-            if ev.get("type") == wanted:
-                return ev
-        raise LlamactlError(f"no {wanted} from {self.url}")
+            ev = session.recv(1.0)
+            if isinstance(ev, protocol.ErrorEvent):
+                raise LlamactlError(f"the server refused: {ev.error.message}")
+            if isinstance(ev, wanted):
+                return
+        raise LlamactlError(f"no {wanted.model_fields['type'].default} from {self.url}")
 
-    def _handshake(self, ws: Any) -> None:
-        self._await(ws, "session.created")
-        session = {
-            "type": "transcription",
-            "audio": {
-                "input": {
-                    "format": {"type": "audio/pcm", "rate": WIRE_RATE},
-                    "transcription": {"language": self.language},
-                    "turn_detection": {"type": "server_vad"},
-                }
-            },
-        }
-        ws.send(json.dumps({"type": "session.update", "session": session}))
-        self._await(ws, "session.updated")
+    def _handshake(self, session: BlockingClient) -> None:
+        from llamactl.realtime import protocol
+        from llamactl.realtime.client import transcription_session_config
+
+        self._await(session, protocol.SessionCreated)
+        session.update_session(transcription_session_config(rate=WIRE_RATE, language=self.language))
+        self._await(session, protocol.SessionUpdated)
 
     def _stream(
-        self, ws: Any, audio: AudioSource, captions: Captions, stop: threading.Event
+        self, session: BlockingClient, audio: AudioSource, captions: Captions, stop: threading.Event
     ) -> None:
-        from llamactl.engine.audio.pcm import StreamResampler, to_float32
+        from llamactl.engine.audio.pcm import StreamResampler, to_float32, to_pcm16
+        from llamactl.realtime import protocol
 
         sent: dict[str, Any] = {"samples": 0, "final_ms": None}
         failure: list[BaseException] = []
+
+        def append(samples: np.ndarray) -> None:
+            if samples.size:
+                session.append_audio(to_pcm16(samples))
+                sent["samples"] += samples.size
 
         def produce() -> None:
             resampler = StreamResampler(audio.rate, WIRE_RATE)
@@ -553,51 +522,38 @@ class RealtimeRunner(Runner):
                 for block in audio.blocks:
                     if stop.is_set():
                         break
-                    self._append(ws, resampler.push(to_float32(block)), sent)
-                self._append(ws, resampler.flush(), sent)
+                    append(resampler.push(to_float32(block)))
+                append(resampler.flush())
                 sent["final_ms"] = int(sent["samples"] * 1000 / WIRE_RATE)
-                ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+                session.commit()
             except BaseException as exc:
                 failure.append(exc)
                 sent["final_ms"] = -1
 
         threading.Thread(target=produce, name="llamactl-send", daemon=True).start()
-        final_item: list[str] = []
+        final_item: list[str | None] = []
 
         def step() -> bool:
             if failure:
                 raise LlamactlError(f"sending audio failed: {failure[0]}")
-            ev = self._recv(ws, 0.1)
-            if ev is None:
-                return False
-            kind = ev.get("type")
-            if kind == "input_audio_buffer.speech_started":
-                captions.started(ev["item_id"], ev["audio_start_ms"] / 1000)
-            elif kind == "input_audio_buffer.speech_stopped":
-                captions.stopped(ev["item_id"], ev["audio_end_ms"] / 1000)
-            elif kind == "input_audio_buffer.committed":
-                end_ms = ev.get("audio_end_ms", 0)
-                captions.committed(ev["item_id"], ev.get("audio_start_ms", 0) / 1000, end_ms / 1000)
+            ev = session.recv(0.1)
+            if isinstance(ev, protocol.SpeechStarted):
+                captions.started(ev.item_id, (ev.audio_start_ms or 0) / 1000)
+            elif isinstance(ev, protocol.SpeechStopped):
+                captions.stopped(ev.item_id, (ev.audio_end_ms or 0) / 1000)
+            elif isinstance(ev, protocol.InputAudioBufferCommitted):
+                end_ms = ev.audio_end_ms or 0
+                captions.committed(ev.item_id, (ev.audio_start_ms or 0) / 1000, end_ms / 1000)
                 final_ms = sent["final_ms"]
                 if final_ms is not None and end_ms >= final_ms - 1:
-                    final_item.append(ev["item_id"])
-            elif kind == "conversation.item.input_audio_transcription.delta":
-                captions.delta(ev["item_id"], ev.get("delta") or "")
-            elif kind == "conversation.item.input_audio_transcription.completed":
-                captions.completed(ev["item_id"], ev.get("transcript") or "")
-                return bool(final_item) and ev["item_id"] == final_item[0]
-            elif kind == "error":
-                print_error(f"server: {ev['error'].get('message')}")
+                    final_item.append(ev.item_id)
+            elif isinstance(ev, protocol.InputTranscriptionDelta):
+                captions.delta(ev.item_id, ev.delta)
+            elif isinstance(ev, protocol.InputTranscriptionCompleted):
+                captions.completed(ev.item_id, ev.transcript)
+                return bool(final_item) and ev.item_id == final_item[0]
+            elif isinstance(ev, protocol.ErrorEvent):
+                print_error(f"server: {ev.error.message}")
             return False
 
         _interruptible(step, stop, audio)
-
-    @staticmethod
-    def _append(ws: Any, samples: np.ndarray, sent: dict[str, Any]) -> None:
-        from llamactl.engine.audio.pcm import to_pcm16
-
-        if samples.size == 0:
-            return
-        payload = base64.b64encode(to_pcm16(samples)).decode("ascii")
-        ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": payload}))
-        sent["samples"] += samples.size

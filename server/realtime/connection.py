@@ -24,7 +24,10 @@ from fastapi import WebSocket
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from .events import ProtocolError, event
+from llamactl.realtime import protocol
+from llamactl.realtime.errors import ProtocolError
+
+from .events import event
 from .session import RealtimeSession
 from .wire import OFF_LOOP_CHARS, decode_event, encode_event
 
@@ -34,7 +37,6 @@ MAX_EVENT_BYTES = 24 * 1024 * 1024
 MAX_QUEUED_BYTES = 32 * 1024 * 1024  # server events a client may leave unread (~8 min of audio)
 CLOSE_NOT_READING = 1008  # policy violation: the client does not read what it is sent
 CLOSE_TRY_LATER = 1013
-MAX_EVENT_ID = 512
 _LIVE = "llamactl_realtime_sessions"  # app.state: connections being served now
 _CLOSE_TIMEOUT = 2.0
 
@@ -227,9 +229,8 @@ class Connection:
             except ProtocolError as exc:
                 self.send_error(exc)
                 continue
-            event_id = client_event.get("event_id")
-            if not isinstance(event_id, str) or len(event_id) > MAX_EVENT_ID:
-                event_id = None  # echoed in errors: a huge one would be sent back each time
+            # echoed in errors (a huge one would be sent back each time: dropped)
+            event_id = protocol.ClientEvent.parse(client_event).event_id
             try:
                 await self._dispatch(client_event)
             except ProtocolError as exc:
@@ -242,9 +243,7 @@ class Connection:
         if type_ != "session.update":
             await session.handle(type_, client_event)
             return
-        update = client_event.get("session")
-        if not isinstance(update, dict):
-            raise ProtocolError("session.update needs a 'session' object", param="session")
+        update = protocol.SessionUpdate.parse(client_event).session
         wanted = update.get("type")
         if wanted is not None and wanted != session.kind:
             if wanted not in session_kinds():

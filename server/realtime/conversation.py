@@ -39,6 +39,8 @@ from llamactl.engine.audio import (
 )
 from llamactl.engine.audio.load import EMBEDDED_ALIASES
 from llamactl.engine.errors import InvalidRequestError, LlamactlError
+from llamactl.realtime import protocol
+from llamactl.realtime.errors import ProtocolError
 
 from ..tts.serving import openai_voice, synthesizer
 from .conversation_config import (
@@ -49,16 +51,15 @@ from .conversation_config import (
     merge,
     new_config,
 )
-from .events import ProtocolError, event, new_id
+from .events import event, new_id
 from .response import Response
 from .speaker import Speaker
-from .transcription import TranscriptionSession, _decode_audio
+from .transcription import TranscriptionSession
 from .wire import OFF_LOOP_CHARS
 
 MAX_ITEMS = 4096
 MAX_ACTIVE_RESPONSES = 4  # out-of-band ones included: one session cannot fill the engine queue
 MAX_CLIENT_TEXT = 1024 * 1024  # characters of text in the items a client creates (~250k tokens)
-MAX_METADATA = 16
 
 
 class _Item:
@@ -229,16 +230,12 @@ class ConversationSession(TranscriptionSession):
                 return self.items[i - 1].id if i > 0 else None
         return None
 
-    async def _item_create(self, ev: dict[str, Any]) -> None:
-        raw = ev.get("item")
-        if not isinstance(raw, dict):
-            raise ProtocolError("conversation.item.create needs an 'item' object", param="item")
-        previous = ev.get("previous_item_id")
-        if previous is not None and not isinstance(previous, str):
-            raise ProtocolError("previous_item_id must be a string", param="previous_item_id")
+    async def _item_create(self, raw: dict[str, Any]) -> None:
+        ev = protocol.ConversationItemCreate.parse(raw)
+        previous = ev.previous_item_id
         if previous not in (None, "root"):
             self._index(previous)
-        data, encoded = self._parse_item(raw)
+        data, encoded = self._parse_item(ev.item)
         audio = await _decode_parts(encoded)
         chars = sum(len(p.get("text") or p.get("transcript") or "") for p in data["content"])
         if self._client_chars + chars > MAX_CLIENT_TEXT:
@@ -266,64 +263,26 @@ class ConversationSession(TranscriptionSession):
         else:
             self.conn.send(event("conversation.item.done", previous_item_id=after, item=data))
 
-    def _parse_item(self, raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[int, Any]]]:
+    def _parse_item(self, new: protocol.NewItem) -> tuple[dict[str, Any], list[tuple[int, Any]]]:
         """The item in the GA shape (audio data dropped) and any input audio to transcribe,
         still base64 (see `_decode_parts`)."""
-        kind = raw.get("type", "message")
-        if kind != "message":
-            raise ProtocolError(
-                f"item type '{kind}' is not supported (function calls need tools, which "
-                "realtime sessions do not have yet); send message items",
-                code="unsupported_feature",
-                param="item.type",
-            )
-        role = raw.get("role")
-        allowed = {
-            "user": {"input_text", "input_audio"},
-            "system": {"input_text"},
-            "assistant": {"output_text", "output_audio", "text"},
-        }
-        if role not in allowed:
-            raise ProtocolError(
-                "item.role must be 'user', 'assistant' or 'system'", param="item.role"
-            )
-        item_id = raw.get("id") or new_id("item_")
-        if not isinstance(item_id, str) or len(item_id) > 64:
-            raise ProtocolError(
-                "item.id must be a string of at most 64 characters", param="item.id"
-            )
+        item_id = new.id or new_id("item_")
         if any(i.id == item_id for i in self.items):
             raise ProtocolError(
                 f"an item with id '{item_id}' already exists", code="item_exists", param="item.id"
             )
-        parts = raw.get("content")
-        if not isinstance(parts, list) or not parts:
-            raise ProtocolError("item.content must be a non-empty list", param="item.content")
         content: list[dict[str, Any]] = []
         audio: list[tuple[int, Any]] = []
-        for n, part in enumerate(parts):
-            param = f"item.content[{n}]"
-            if not isinstance(part, dict) or part.get("type") not in allowed[role]:
-                raise ProtocolError(
-                    f"{param}.type must be one of {sorted(allowed[role])} for a {role} message",
-                    param=f"{param}.type",
-                )
-            kind = part["type"]
-            if kind == "input_audio":
-                if part.get("transcript"):
-                    content.append(
-                        {"type": "input_audio", "transcript": _text(part, "transcript", param)}
-                    )
-                    continue
-                audio.append((len(content), part.get("audio")))
+        for part in new.content:
+            if part.type == "input_audio" and "audio" in part.model_fields_set:
+                audio.append((len(content), part.audio))
                 content.append({"type": "input_audio", "transcript": None})
-            elif kind == "output_audio":
-                content.append(
-                    {"type": "output_audio", "transcript": _text(part, "transcript", param)}
-                )
+            elif part.type in ("input_audio", "output_audio"):
+                content.append({"type": part.type, "transcript": part.transcript})
             else:
-                kind = "output_text" if kind == "text" else kind
-                content.append({"type": kind, "text": _text(part, "text", param)})
+                kind = "output_text" if part.type == "text" else part.type
+                content.append({"type": kind, "text": part.text})
+        role = new.role
         data = {
             "id": item_id,
             "object": "realtime.item",
@@ -424,30 +383,27 @@ class ConversationSession(TranscriptionSession):
                 )
             )
 
-    async def _item_delete(self, ev: dict[str, Any]) -> None:
-        i = self._index(ev.get("item_id"))
+    async def _item_delete(self, raw: dict[str, Any]) -> None:
+        i = self._index(protocol.ConversationItemDelete.parse(raw).item_id)
         item = self.items.pop(i)
         self._client_chars -= item.client_chars
         if not item.transcribed.done():
             item.transcribed.set_result(0.0)
         self.conn.send(event("conversation.item.deleted", item_id=item.id))
 
-    async def _item_retrieve(self, ev: dict[str, Any]) -> None:
-        item = self.items[self._index(ev.get("item_id"))]
+    async def _item_retrieve(self, raw: dict[str, Any]) -> None:
+        item = self.items[self._index(protocol.ConversationItemRetrieve.parse(raw).item_id)]
         self.conn.send(event("conversation.item.retrieved", item=item.data))
 
-    async def _item_truncate(self, ev: dict[str, Any]) -> None:
-        item = self.items[self._index(ev.get("item_id"))]
+    async def _item_truncate(self, raw: dict[str, Any]) -> None:
+        ev = protocol.ConversationItemTruncate.parse(raw)
+        item = self.items[self._index(ev.item_id)]
         if item.data["role"] != "assistant" or item.speaker is None:
             raise ProtocolError(
                 "only assistant items with audio (made in this session) can be truncated",
                 param="item_id",
             )
-        end = ev.get("audio_end_ms")
-        if isinstance(end, bool) or not isinstance(end, int) or end < 0:
-            raise ProtocolError("audio_end_ms must be an integer >= 0", param="audio_end_ms")
-        if ev.get("content_index", 0) != 0:
-            raise ProtocolError("content_index must be 0", param="content_index")
+        end = ev.audio_end_ms
         total = int(item.speaker.seconds * 1000)
         if end > total:
             raise ProtocolError(
@@ -477,34 +433,17 @@ class ConversationSession(TranscriptionSession):
                 return r
         return None
 
-    async def _response_create(self, ev: dict[str, Any]) -> None:
-        params = ev.get("response") or {}
-        if not isinstance(params, dict):
-            raise ProtocolError("response must be an object", param="response")
+    async def _response_create(self, raw: dict[str, Any]) -> None:
+        params = protocol.ResponseCreate.parse(raw).response
         out = copy.deepcopy(self.rt.output)
-        apply_output(out, params, "response")
-        audio = params.get("audio")
-        if audio is not None:
-            if not isinstance(audio, dict):
-                raise ProtocolError("response.audio must be an object", param="response.audio")
-            apply_audio_output(out, audio.get("output"), "response.audio.output")
+        apply_output(out, params)
+        if params.audio is not None:
+            apply_audio_output(out, params.audio.output)
             if out.voice != self.rt.output.voice:
                 await self._check_voice(out.voice, "response.audio.output.voice")
-        for key in ("tools", "tool_choice"):
-            if params.get(key) not in (None, [], "auto", "none"):
-                raise ProtocolError(
-                    "function tools are not supported in realtime responses yet",
-                    code="unsupported_feature",
-                    param=f"response.{key}",
-                )
-        conversation = params.get("conversation", "auto")
-        if conversation not in (None, "auto", "none"):
-            raise ProtocolError(
-                "response.conversation must be 'auto' or 'none'", param="response.conversation"
-            )
-        in_conversation = conversation != "none"
-        metadata = _metadata(params.get("metadata"))
-        inputs = self._response_inputs(params.get("input"))
+        in_conversation = params.conversation != "none"
+        metadata = dict(params.metadata) if params.metadata is not None else None
+        inputs = self._response_inputs(params.input)
         if in_conversation and self._active() is not None:
             raise ProtocolError(
                 "the conversation already has an active response; cancel it or wait for "
@@ -519,19 +458,17 @@ class ConversationSession(TranscriptionSession):
             )
         self._respond(out, in_conversation, inputs, metadata)
 
-    def _response_inputs(self, value: Any) -> list[_Item] | None:
+    def _response_inputs(
+        self, value: list[protocol.NewItem | protocol.ItemReference] | None
+    ) -> list[_Item] | None:
         if value is None:
             return None
-        if not isinstance(value, list):
-            raise ProtocolError("response.input must be a list of items", param="response.input")
         out: list[_Item] = []
-        for n, raw in enumerate(value):
-            if isinstance(raw, dict) and raw.get("type") == "item_reference":
-                out.append(self.items[self._index(raw.get("id"))])
+        for n, given in enumerate(value):
+            if isinstance(given, protocol.ItemReference):
+                out.append(self.items[self._index(given.id)])
                 continue
-            if not isinstance(raw, dict):
-                raise ProtocolError(f"response.input[{n}] must be an item", param="response.input")
-            data, audio = self._parse_item({**raw, "id": raw.get("id") or new_id("item_")})
+            data, audio = self._parse_item(given)
             if audio:
                 raise ProtocolError(
                     "input_audio in response.input needs a transcript; add audio items to the "
@@ -607,8 +544,8 @@ class ConversationSession(TranscriptionSession):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _response_cancel(self, ev: dict[str, Any]) -> None:
-        wanted = ev.get("response_id")
+    async def _response_cancel(self, raw: dict[str, Any]) -> None:
+        wanted = protocol.ResponseCancel.parse(raw).response_id
         target = None
         for r in self.responses:
             if r.active and (r.id == wanted if wanted else r.in_conversation):
@@ -707,35 +644,10 @@ async def _decode_parts(encoded: list[tuple[int, Any]]) -> list[tuple[int, bytes
     """Decode items' base64 audio; megabytes of it on a worker thread, not the event loop."""
 
     def decode() -> list[tuple[int, bytes]]:
-        return [(index, _decode_audio(audio)) for index, audio in encoded]
+        return [(index, protocol.decode_audio(audio)) for index, audio in encoded]
 
     size = sum(len(audio) for _, audio in encoded if isinstance(audio, str))
     return await run_in_threadpool(decode) if size > OFF_LOOP_CHARS else decode()
-
-
-def _text(part: dict[str, Any], key: str, param: str) -> str:
-    value = part.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ProtocolError(f"{param}.{key} must be a string", param=f"{param}.{key}")
-    return value
-
-
-def _metadata(value: Any) -> dict[str, str] | None:
-    if value is None:
-        return None
-    if (
-        not isinstance(value, dict)
-        or len(value) > MAX_METADATA
-        or not all(isinstance(k, str) and len(k) <= 64 for k in value)
-        or not all(isinstance(v, str) and len(v) <= 512 for v in value.values())
-    ):
-        raise ProtocolError(
-            "response.metadata must map at most 16 keys (64 characters) to strings (512)",
-            param="response.metadata",
-        )
-    return dict(value)
 
 
 def _messages(instructions: str, items: list[_Item]) -> list[dict[str, Any]]:

@@ -12,12 +12,11 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from .events import ProtocolError
-from .transcription_config import MAX_RATE, MIN_RATE, TranscriptionConfig
-from .transcription_config import merge as merge_input
+from llamactl.realtime import protocol
+
+from .transcription_config import TranscriptionConfig, apply_input
 
 DEFAULT_VOICE = "alloy"
-MAX_OUTPUT_TOKENS = 4096  # OpenAI's bound for an integer max_output_tokens
 DEFAULT_INSTRUCTIONS = (
     "You are a helpful voice assistant. Answer briefly, in plain spoken sentences."
 )
@@ -103,123 +102,57 @@ def merge(
     known_models: set[str],
 ) -> RealtimeConfig:
     """`config` with a `session.update`'s `session` applied (whole, or ProtocolError)."""
+    body = protocol.RealtimeSession.parse(
+        session,
+        {
+            "transcribers": known_transcribers,
+            "transcriber": config.input.model,
+            "models": known_models,
+            "model": config.model,
+        },
+    )
     new = copy.deepcopy(config)
     td_before = new.input.turn_detection
-    new.input = merge_input(new.input, session, known_transcribers)
-    td = _raw_turn_detection(session)
+    inp = body.audio.input if body.audio else None
+    apply_input(new.input, inp)
+    if "include" in body.model_fields_set:
+        new.input.include = list(body.include or [])
+    td = inp.turn_detection if inp is not None else None
     if new.input.turn_detection is not None and td is not None:
         # OpenAI's conversation defaults for what the update leaves out
         for key in ("create_response", "interrupt_response"):
-            value = td.get(key, (td_before or {}).get(key, True))
-            if not isinstance(value, bool):
-                raise ProtocolError(
-                    f"session.audio.input.turn_detection.{key} must be a boolean",
-                    param=f"session.audio.input.turn_detection.{key}",
-                )
-            new.input.turn_detection[key] = value
-    if session.get("model") not in (None, "") and session["model"] not in known_models:
-        raise ProtocolError(
-            f"unknown model '{session['model']}'; this server answers with '{new.model}'",
-            param="session.model",
-        )
-    for key in ("tools", "tool_choice"):
-        if session.get(key) not in (None, [], "auto", "none"):
-            raise ProtocolError(
-                "function tools are not supported in realtime conversation sessions yet",
-                code="unsupported_feature",
-                param=f"session.{key}",
-            )
-    apply_output(new.output, session, "session")
-    audio = session.get("audio") or {}
-    output = audio.get("output") if isinstance(audio, dict) else None
-    if output is not None:
-        apply_audio_output(new.output, output, "session.audio.output")
+            if key in td.model_fields_set:
+                new.input.turn_detection[key] = getattr(td, key)
+            else:
+                new.input.turn_detection[key] = (td_before or {}).get(key, True)
+    apply_output(new.output, body)
+    if body.audio is not None:
+        apply_audio_output(new.output, body.audio.output)
     return new
 
 
-def _raw_turn_detection(session: dict[str, Any]) -> dict[str, Any] | None:
-    audio = session.get("audio")
-    inp = audio.get("input") if isinstance(audio, dict) else None
-    td = inp.get("turn_detection") if isinstance(inp, dict) else None
-    return td if isinstance(td, dict) else None
+def apply_output(
+    out: OutputConfig, fields: protocol.RealtimeSession | protocol.ResponseParams
+) -> None:
+    """The output fields a session and a `response.create` share (sent ones only)."""
+    sent = fields.model_fields_set
+    if "output_modalities" in sent and fields.output_modalities is not None:
+        out.modalities = list(fields.output_modalities)
+    if "instructions" in sent and fields.instructions is not None:
+        out.instructions = fields.instructions
+    if "max_output_tokens" in sent:
+        tokens = fields.max_output_tokens
+        out.max_output_tokens = None if tokens == "inf" else tokens  # type: ignore[assignment]
+    if "temperature" in sent and fields.temperature is not None:
+        out.temperature = fields.temperature
 
 
-def apply_output(out: OutputConfig, fields: dict[str, Any], where: str) -> None:
-    """The output fields a session and a `response.create` share."""
-    if "output_modalities" in fields and fields["output_modalities"] is not None:
-        out.modalities = modalities(fields["output_modalities"], f"{where}.output_modalities")
-    if "instructions" in fields and fields["instructions"] is not None:
-        if not isinstance(fields["instructions"], str):
-            raise ProtocolError(
-                f"{where}.instructions must be a string", param=f"{where}.instructions"
-            )
-        out.instructions = fields["instructions"]
-    if "max_output_tokens" in fields:
-        out.max_output_tokens = max_tokens(fields["max_output_tokens"], where)
-    if "temperature" in fields and fields["temperature"] is not None:
-        t = fields["temperature"]
-        if isinstance(t, bool) or not isinstance(t, int | float) or not 0.0 <= t <= 2.0:
-            raise ProtocolError(
-                f"{where}.temperature must be between 0 and 2, got {t!r}",
-                param=f"{where}.temperature",
-            )
-        out.temperature = float(t)
-
-
-def apply_audio_output(out: OutputConfig, value: Any, where: str) -> None:
+def apply_audio_output(out: OutputConfig, value: protocol.AudioOutput | None) -> None:
     if value is None:
         return
-    if not isinstance(value, dict):
-        raise ProtocolError(f"{where} must be an object", param=where)
-    fmt = value.get("format")
-    if fmt is not None:
-        if not isinstance(fmt, dict):
-            raise ProtocolError(f"{where}.format must be an object", param=f"{where}.format")
-        kind = fmt.get("type", "audio/pcm")
-        if kind != "audio/pcm":
-            raise ProtocolError(
-                f"output audio format '{kind}' is not supported; use audio/pcm (PCM16 LE mono)",
-                param=f"{where}.format.type",
-            )
-        rate = fmt.get("rate", out.rate)
-        if isinstance(rate, bool) or not isinstance(rate, int) or not MIN_RATE <= rate <= MAX_RATE:
-            raise ProtocolError(
-                f"{where}.format.rate must be an integer between {MIN_RATE} and {MAX_RATE}, "
-                f"got {rate!r}",
-                param=f"{where}.format.rate",
-            )
-        out.rate = rate
-    voice = value.get("voice")
-    if voice is not None:
-        if isinstance(voice, dict):
-            voice = voice.get("id")
-        if not isinstance(voice, str) or not voice:
-            raise ProtocolError(f"{where}.voice must be a voice name", param=f"{where}.voice")
-        out.voice = voice
-    speed = value.get("speed")
-    if speed is not None:
-        if isinstance(speed, bool) or not isinstance(speed, int | float) or not 0.25 <= speed <= 4:
-            raise ProtocolError(
-                f"{where}.speed must be between 0.25 and 4, got {speed!r}", param=f"{where}.speed"
-            )
-        out.speed = float(speed)
-
-
-def modalities(value: Any, param: str) -> list[str]:
-    if value in (["text"], ["audio"]):
-        return list(value)
-    if isinstance(value, list) and sorted(value) == ["audio", "text"]:
-        return ["audio"]  # OpenAI: audio output always carries its text transcript
-    raise ProtocolError(f'{param} must be ["text"] or ["audio"], got {value!r}', param=param)
-
-
-def max_tokens(value: Any, where: str) -> int | None:
-    if value is None or value == "inf":
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_OUTPUT_TOKENS:
-        raise ProtocolError(
-            f"{where}.max_output_tokens must be an integer from 1 to {MAX_OUTPUT_TOKENS} or "
-            f"'inf', got {value!r}",
-            param=f"{where}.max_output_tokens",
-        )
-    return value
+    if value.format is not None and "rate" in value.format.model_fields_set:
+        out.rate = value.format.rate
+    if value.voice is not None:
+        out.voice = value.voice
+    if value.speed is not None:
+        out.speed = value.speed

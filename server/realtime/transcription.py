@@ -11,8 +11,6 @@ committed (the stream reads speech as it ends); those deltas wait here until the
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 from typing import Any
 
@@ -32,14 +30,14 @@ from llamactl.engine.audio import (
 from llamactl.engine.audio.load import EMBEDDED_ALIASES
 from llamactl.engine.audio.stream import BufferFullError
 from llamactl.engine.errors import InvalidRequestError, LlamactlError
+from llamactl.realtime import protocol
+from llamactl.realtime.errors import ProtocolError
 
 from ..openai_audio.service import audio_service
-from .events import ProtocolError, event, new_id
+from .events import event, new_id
 from .session import RealtimeSession
 from .transcription_config import TranscriptionConfig, merge
 from .wire import OFF_LOOP_CHARS
-
-MAX_APPEND_BYTES = 15 * 1024 * 1024  # OpenAI's limit for one append
 
 
 class TranscriptionSession(RealtimeSession):
@@ -160,8 +158,9 @@ class TranscriptionSession(RealtimeSession):
             )
         try:
             if type_ == "input_audio_buffer.append":
-                audio, rate = client_event.get("audio"), self.config.rate
-                if isinstance(audio, str) and len(audio) > OFF_LOOP_CHARS:
+                audio = protocol.InputAudioBufferAppend.parse(client_event).audio
+                rate = self.config.rate
+                if len(audio) > OFF_LOOP_CHARS:
                     # decoding and resampling megabytes takes a while: not on the event loop
                     await run_in_threadpool(_append, stream, audio, rate)
                 else:
@@ -260,21 +259,5 @@ class TranscriptionSession(RealtimeSession):
             self.conn.close_soon()
 
 
-def _append(stream: TranscriptionStream, audio: Any, rate: int) -> None:
-    stream.append(_decode_audio(audio), rate=rate)
-
-
-def _decode_audio(audio: Any) -> bytes:
-    if not isinstance(audio, str):
-        raise ProtocolError(
-            "input_audio_buffer.append needs 'audio': base64 PCM16 LE mono", param="audio"
-        )
-    if len(audio) > MAX_APPEND_BYTES * 4 // 3 + 4:
-        raise ProtocolError("one append holds at most 15 MiB of audio", param="audio")
-    try:
-        data = base64.b64decode(audio, validate=True)
-    except (binascii.Error, ValueError):
-        raise ProtocolError("'audio' is not valid base64", param="audio") from None
-    if len(data) % 2:
-        raise ProtocolError("PCM16 audio must have an even number of bytes", param="audio")
-    return data
+def _append(stream: TranscriptionStream, audio: str, rate: int) -> None:
+    stream.append(protocol.decode_audio(audio), rate=rate)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .events import ProtocolError
+from llamactl.realtime.errors import ProtocolError
 
 __all__ = ["OFF_LOOP_CHARS", "decode_event", "encode_event", "lone_surrogate_at"]
 

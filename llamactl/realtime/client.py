@@ -1,30 +1,47 @@
-"""A client of llamactl's `/v1/realtime` conversation sessions (no Textual in here).
+"""llamactl's one client of `/v1/realtime` (the TUI and `llamactl transcribe --url` use it).
 
-One websocket speaks OpenAI's GA Realtime events: `send_*` methods build client events,
-`events()` yields typed server events (see events.py). Ending a response's reasoning is not a
-realtime event: it is llamactl's `POST /v1/chat/completions/control` with the live response's
-id, sent over HTTP beside the socket. Failures surface as the typed errors in errors.py.
+One websocket speaking the GA events of `protocol`: the `send`-style methods build client
+events from its models, `events()` yields server events read through them. Ending a
+response's reasoning is not a realtime event: it is llamactl's
+`POST /v1/chat/completions/control` with the live response's id, sent over HTTP beside the
+socket. The client runs on asyncio; `BlockingClient` runs the same client on a private loop
+thread for code that has none (the transcribe CLI, whose main thread waits for Ctrl-C).
+Failures are the typed errors of `errors` (no Textual, no FastAPI in here).
 """
 
 from __future__ import annotations
 
-import base64
+import asyncio
 import contextlib
 import json
+import queue
 import secrets
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from typing import Any, TypeVar
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
+from . import protocol
 from .errors import AuthenticationError, ConnectionClosedError, ServerUnreachableError
-from .events import ServerEvent, parse
 
-RATE = 24000  # PCM16 mono, both directions: OpenAI's fixed rate, llamactl's default
+__all__ = [
+    "RATE",
+    "BlockingClient",
+    "ControlResult",
+    "Endpoint",
+    "RealtimeClient",
+    "session_config",
+    "transcription_session_config",
+]
+
+RATE = protocol.DEFAULT_RATE  # PCM16 mono, both directions: OpenAI's rate, llamactl's default
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -53,10 +70,10 @@ class Endpoint:
     def http(self) -> str:
         return self.base + "/v1"
 
-    def realtime(self, model: str | None = None) -> str:
+    def realtime(self, model: str | None = None, intent: str | None = None) -> str:
         ws = "wss" + self.base[5:] if self.base.startswith("https") else "ws" + self.base[4:]
-        query = f"?model={quote(model)}" if model else ""
-        return f"{ws}/v1/realtime{query}"
+        query = {k: v for k, v in (("model", model), ("intent", intent)) if v}
+        return f"{ws}/v1/realtime" + ("?" + urlencode(query, quote_via=quote) if query else "")
 
     @property
     def control(self) -> str:
@@ -71,6 +88,11 @@ class ControlResult:
     message: str | None = None
 
 
+def _body(model: type[protocol.TranscriptionSession | protocol.RealtimeSession], **fields: Any):
+    """A `session.update` body built (and so checked) by the protocol's session model."""
+    return model.model_validate(fields).model_dump(mode="json", exclude_unset=True)
+
+
 def session_config(
     *,
     vad: bool,
@@ -79,8 +101,8 @@ def session_config(
     instructions: str | None = None,
     transcription_model: str | None = None,
 ) -> dict[str, Any]:
-    """The `session.update` body: PCM16 both ways, server VAD or client commits (push to talk),
-    spoken or text-only answers. The user's speech is always transcribed."""
+    """A conversation's `session.update` body: PCM16 both ways, server VAD or client commits
+    (push to talk), spoken or text-only answers. The user's speech is always transcribed."""
     turn = None
     if vad:
         turn = {
@@ -89,10 +111,8 @@ def session_config(
             "prefix_padding_ms": 300,
             "silence_duration_ms": 500,
         }
-    transcription: dict[str, Any] = {}
-    if transcription_model:
-        transcription["model"] = transcription_model
-    session: dict[str, Any] = {
+    transcription = {"model": transcription_model} if transcription_model else {}
+    fields: dict[str, Any] = {
         "type": "realtime",
         "output_modalities": ["audio"] if audio_out else ["text"],
         "audio": {
@@ -105,8 +125,23 @@ def session_config(
         },
     }
     if instructions:
-        session["instructions"] = instructions
-    return session
+        fields["instructions"] = instructions
+    return _body(protocol.RealtimeSession, **fields)
+
+
+def transcription_session_config(*, rate: int, language: str | None) -> dict[str, Any]:
+    """A transcription session's `session.update` body: PCM16 at `rate`, server VAD."""
+    return _body(
+        protocol.TranscriptionSession,
+        type="transcription",
+        audio={
+            "input": {
+                "format": {"type": "audio/pcm", "rate": rate},
+                "transcription": {"language": language},
+                "turn_detection": {"type": "server_vad"},
+            }
+        },
+    )
 
 
 def _event_id() -> str:
@@ -114,7 +149,8 @@ def _event_id() -> str:
 
 
 class RealtimeClient:
-    """One conversation session over one websocket; `connect()` first, `close()` at the end."""
+    """One session over one websocket; `connect()` first, `close()` at the end. `intent`
+    `"transcription"` opens a transcription session, otherwise a conversation."""
 
     def __init__(
         self,
@@ -122,11 +158,13 @@ class RealtimeClient:
         *,
         api_key: str | None = None,
         model: str | None = None,
+        intent: str | None = None,
         open_timeout: float = 10.0,
     ) -> None:
         self.endpoint = Endpoint.parse(url)
         self.api_key = api_key
         self.model = model
+        self.intent = intent
         self.open_timeout = open_timeout
         self._ws: ClientConnection | None = None
         self._closing = False
@@ -141,7 +179,7 @@ class RealtimeClient:
 
     # ------------------------------------------------------------------ lifecycle
     async def connect(self) -> None:
-        url = self.endpoint.realtime(self.model)
+        url = self.endpoint.realtime(self.model, self.intent)
         try:
             self._ws = await connect(
                 url,
@@ -175,7 +213,7 @@ class RealtimeClient:
             with contextlib.suppress(Exception):
                 await ws.close()
 
-    async def events(self) -> AsyncIterator[ServerEvent]:
+    async def events(self) -> AsyncIterator[protocol.ServerEvent]:
         """Server events until the socket closes; an unexpected close raises
         ConnectionClosedError, `close()` ends the iteration quietly."""
         ws = self._require()
@@ -188,7 +226,7 @@ class RealtimeClient:
                 except ValueError:
                     continue
                 if isinstance(data, dict):
-                    yield parse(data)
+                    yield protocol.read_server_event(data)
         except ConnectionClosed as exc:
             if not self._closing:
                 raise ConnectionClosedError(self._closed_reason(exc)) from None
@@ -209,50 +247,51 @@ class RealtimeClient:
         return self._ws
 
     # --------------------------------------------------------------- client events
-    async def send(self, type_: str, **fields: Any) -> None:
+    async def send(self, event: protocol.ClientEvent) -> None:
         ws = self._require()
+        if event.event_id is None:
+            event.event_id = _event_id()
         try:
-            await ws.send(json.dumps({"type": type_, "event_id": _event_id(), **fields}))
+            await ws.send(json.dumps(event.wire()))
         except ConnectionClosed as exc:
             raise ConnectionClosedError(self._closed_reason(exc)) from None
 
     async def update_session(self, session: dict[str, Any]) -> None:
-        await self.send("session.update", session=session)
+        await self.send(protocol.SessionUpdate(session=session))
 
     async def append_audio(self, pcm: bytes) -> None:
         if pcm:
-            await self.send("input_audio_buffer.append", audio=base64.b64encode(pcm).decode())
+            await self.send(protocol.InputAudioBufferAppend(audio=protocol.encode_audio(pcm)))
 
     async def commit(self) -> None:
-        await self.send("input_audio_buffer.commit")
+        await self.send(protocol.InputAudioBufferCommit())
 
     async def clear_input(self) -> None:
-        await self.send("input_audio_buffer.clear")
+        await self.send(protocol.InputAudioBufferClear())
 
     async def add_user_text(self, text: str) -> None:
-        await self.send(
-            "conversation.item.create",
-            item={
-                "type": "message",
-                "role": "user",
-                "content": [{"type": "input_text", "text": text}],
-            },
-        )
+        item = {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": text}],
+        }
+        await self.send(protocol.ConversationItemCreate(item=item))  # type: ignore[arg-type]
 
     async def create_response(self) -> None:
-        await self.send("response.create")
+        await self.send(protocol.ResponseCreate())
 
     async def cancel_response(self, response_id: str | None = None) -> None:
-        fields = {"response_id": response_id} if response_id else {}
-        await self.send("response.cancel", **fields)
+        if response_id:
+            await self.send(protocol.ResponseCancel(response_id=response_id))
+        else:
+            await self.send(protocol.ResponseCancel())
 
     async def truncate(self, item_id: str, audio_end_ms: int) -> None:
         """The assistant item was heard only up to `audio_end_ms` (barge-in)."""
         await self.send(
-            "conversation.item.truncate",
-            item_id=item_id,
-            content_index=0,
-            audio_end_ms=max(0, int(audio_end_ms)),
+            protocol.ConversationItemTruncate(
+                item_id=item_id, content_index=0, audio_end_ms=max(0, int(audio_end_ms))
+            )
         )
 
     # -------------------------------------------------------------------- control
@@ -287,3 +326,81 @@ class RealtimeClient:
         except (httpx.HTTPError, ValueError, AttributeError):
             return []
         return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+
+class BlockingClient:
+    """A `RealtimeClient` for threads without an event loop: it runs on a private loop
+    thread, calls block until done, and `recv()` hands server events over in order (a
+    closed socket is raised from `recv`, as ConnectionClosedError)."""
+
+    def __init__(self, client: RealtimeClient) -> None:
+        self.client = client
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="llamactl-realtime", daemon=True
+        )
+        self._events: queue.Queue[protocol.ServerEvent | BaseException] = queue.Queue()
+        self._reader: asyncio.Future[None] | None = None
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def connect(self) -> BlockingClient:
+        self._thread.start()
+        try:
+            self._run(self.client.connect())
+        except BaseException:
+            self.close()
+            raise
+        self._reader = asyncio.run_coroutine_threadsafe(self._read(), self._loop)
+        return self
+
+    async def _read(self) -> None:
+        try:
+            async for event in self.client.events():
+                self._events.put(event)
+        except BaseException as exc:
+            self._events.put(exc)
+            return
+        self._events.put(ConnectionClosedError("the session was closed"))
+
+    def recv(self, timeout: float) -> protocol.ServerEvent | None:
+        """The next server event, or None after `timeout` seconds without one."""
+        try:
+            got = self._events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(got, BaseException):
+            self._events.put(got)  # every later recv says so too
+            raise got
+        return got
+
+    def send(self, event: protocol.ClientEvent) -> None:
+        self._run(self.client.send(event))
+
+    def update_session(self, session: dict[str, Any]) -> None:
+        self._run(self.client.update_session(session))
+
+    def append_audio(self, pcm: bytes) -> None:
+        self._run(self.client.append_audio(pcm))
+
+    def commit(self) -> None:
+        self._run(self.client.commit())
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            with contextlib.suppress(Exception):
+                self._run(self.client.close(), timeout=5)
+            if self._reader is not None:
+                with contextlib.suppress(Exception):
+                    self._reader.result(timeout=5)  # ends once the socket is closed
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+        if not self._loop.is_running():
+            self._loop.close()
+
+    def __enter__(self) -> BlockingClient:
+        return self.connect()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
