@@ -112,7 +112,10 @@ def serve_command(
         typer.Option(
             "--cache-type",
             "-ctk",
-            help="KV cache type: auto (f16, exact; bf16 for recurrent, hybrid and sliding-window models), bf16, f16 or q8_0 [auto].",
+            help=(
+                "KV cache type: auto (f16, exact; bf16 for recurrent, hybrid and"
+                " sliding-window models), bf16, f16 or q8_0 [auto]."
+            ),
             rich_help_panel=_CACHE,
         ),
     ] = None,
