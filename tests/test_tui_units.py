@@ -253,3 +253,14 @@ def test_local_server_that_cannot_load_its_model_says_why(tmp_path):
     with pytest.raises(LocalServerError, match="could not load the model"):
         server.start(timeout=60)
     assert server._thread is None  # stopped
+
+
+def test_an_event_the_tui_does_not_act_on_is_kept_with_its_fields():
+    from llamactl.tui import events as tui_events
+
+    from llamactl.realtime import protocol
+
+    data = {"type": "conversation.item.done", "event_id": "e1", "item": {"id": "i1"}}
+    record = tui_events.of(protocol.read_server_event(data))
+    assert isinstance(record, tui_events.Other) and record.type == "conversation.item.done"
+    assert record.raw["event_id"] == "e1"

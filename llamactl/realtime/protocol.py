@@ -904,6 +904,10 @@ class ServerEvent(_Shape):
     type: str
     event_id: str = ""
 
+    def raw(self) -> dict[str, Any]:
+        """The event's fields as they came (or as built)."""
+        return self.model_dump(exclude_unset=True)
+
     @classmethod
     def build(cls, **fields: Any) -> Self:
         """The event from its fields, checked as `check_server_event` checks (the fake
