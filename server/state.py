@@ -15,9 +15,8 @@ from pathlib import Path
 
 from llamactl.config import Settings
 from llamactl.engine.conversation import ChatModel, ChatStream
-from llamactl.engine.engine import Engine, EngineConfig
-from llamactl.engine.model import Model
-from llamactl.models import resolve_model
+from llamactl.engine.engine import Engine
+from llamactl.engine_settings import chat_template, open_engine
 
 log = logging.getLogger("llamactl.server")
 
@@ -72,9 +71,7 @@ class ServerState:
     def _load(self) -> None:
         try:
             t0 = time.perf_counter()
-            template = None
-            if self.settings.chat_template_file is not None:
-                template = Path(self.settings.chat_template_file).read_text(encoding="utf-8")
+            template = chat_template(self.settings)
             if self._engine_factory is _default_engine and _is_decision_model(self.model_path):
                 from .systemone.serving import load_into
 
@@ -122,31 +119,4 @@ def _is_decision_model(path: Path) -> bool:
 
 
 def _default_engine(state: ServerState) -> Engine:
-    s = state.settings
-    model = Model(state.model_path)
-    config = EngineConfig(
-        n_parallel=s.parallel,
-        n_ctx=s.n_ctx or None,
-        n_batch=s.batch_size,
-        n_ubatch=s.batch_size,
-        n_threads=s.threads,
-        kv_unified=s.kv_unified,
-        flash_attn=s.flash_attn != "off",
-        max_queue=s.max_queue,
-        kv_type=s.cache_type,
-        cache_ram_mib=s.cache_ram,
-        cache_idle_slots=s.cache_idle_slots,
-        slot_prompt_similarity=s.slot_prompt_similarity,
-        ctx_checkpoints=s.ctx_checkpoints,
-        checkpoint_min_step=s.checkpoint_min_step,
-        spec_types=tuple(s.spec_type),
-        model_draft=resolve_model(s, s.model_draft).path if s.model_draft else None,
-        spec_draft_n_max=s.spec_draft_n_max,
-        spec_draft_n_min=s.spec_draft_n_min,
-        spec_draft_p_min=s.spec_draft_p_min,
-    )
-    try:
-        return Engine(model, config)
-    except BaseException:
-        model.close()
-        raise
+    return open_engine(state.settings, state.model_path)

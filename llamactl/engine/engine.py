@@ -30,6 +30,7 @@ from .errors import (
     ModelLoadError,
     QueueFullError,
 )
+from .limits import DEFAULT_SLOT_CTX, MAX_DRAFT
 from .model import Model
 from .prompt_cache import CacheEntry, Checkpoint, PromptCache, common_prefix, load_seq, save_seq
 from .sampling import SamplerChain, check_grammar, token_logprobs
@@ -47,7 +48,6 @@ from .types import Done, FinishReason, SamplingParams, TextDelta, Timings, Usage
 
 log = logging.getLogger("llamactl.engine")
 
-DEFAULT_SLOT_CTX = 4096
 # Rows of one sequence in a ubatch from which ggml's CPU flash attention switches to another
 # kernel (measured: 63 rows give the logits of 63 single-row decodes, 64 do not).
 EXACT_PIECE = 64
@@ -259,8 +259,8 @@ class Engine:
         if types and not self._can_trim:
             log.warning("speculative decoding is off: %s cannot trim its memory", self.model.path)
             return []
-        if not 1 <= config.spec_draft_n_max <= 48:  # a draft and its row stay under 64
-            raise InvalidRequestError("spec_draft_n_max must be between 1 and 48")
+        if not 1 <= config.spec_draft_n_max <= MAX_DRAFT:  # a draft and its row stay under 64
+            raise InvalidRequestError(f"spec_draft_n_max must be between 1 and {MAX_DRAFT}")
         out: list[Speculator] = []
         for name in types:
             if name == "ngram-simple":

@@ -19,7 +19,6 @@ import pydantic_core
 from fastapi import Request
 
 from llamactl.engine.decision import (
-    DecisionConfig,
     DecisionEngine,
     DecisionNotSupportedError,
     DecisionResult,
@@ -29,6 +28,7 @@ from llamactl.engine.decision import (
 )
 from llamactl.engine.errors import LlamactlError
 from llamactl.engine.gguf_info import read_gguf_info
+from llamactl.engine_settings import decision_config
 
 from ..errors import APIError, from_engine_error
 from ..prepare import off_loop
@@ -56,14 +56,7 @@ def load_into(state: ServerState) -> None:
     dm = load_decision_model(state.model_path, mmproj=mmproj, n_threads=s.threads)
     for note in dm.notes:
         log.info("%s", note)
-    config = DecisionConfig(
-        n_parallel=s.parallel,
-        n_ctx=s.n_ctx or None,
-        n_batch=s.batch_size,
-        n_threads=s.threads,
-        flash_attn=s.flash_attn != "off",
-        max_queue=s.max_queue,
-    )
+    config = decision_config(s)
     try:
         engine = DecisionEngine(dm, config)
     except BaseException:
