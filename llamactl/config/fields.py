@@ -91,8 +91,9 @@ class Source:
         return f"{self.kind} ({self.detail})" if self.detail else self.kind
 
 
-def _bookkeeping(default: Any = None, **kwargs: Any) -> Any:
-    return dataclasses.field(default=default, compare=False, repr=False, metadata=kwargs)
+def _bookkeeping(**kwargs: Any) -> Any:
+    """Not a setting: kept out of equality, repr and SETTING_NAMES."""
+    return dataclasses.field(compare=False, repr=False, metadata={"internal": True}, **kwargs)
 
 
 def _flash_on(value: str) -> bool:
@@ -454,12 +455,8 @@ class Settings:
     ] = 10.0
     # Bookkeeping, not settings: the file that was read (None if there was none) and where
     # each setting's value came from.
-    config_file: Annotated[Path | None, SkipValidation] = _bookkeeping(internal=True)
-    sources: Annotated[dict[str, Source] | None, SkipValidation] = _bookkeeping(internal=True)
-
-    def __post_init__(self) -> None:
-        if self.sources is None:
-            self.sources = {}
+    config_file: Annotated[Path | None, SkipValidation] = _bookkeeping(default=None)
+    sources: Annotated[dict[str, Source], SkipValidation] = _bookkeeping(default_factory=dict)
 
     def explain(self) -> list[tuple[str, Any, Source]]:
         """(name, value, source) for every setting, in declaration order."""
