@@ -24,6 +24,7 @@ import numpy as np
 import typer
 
 from llamactl.cli._output import color_enabled, is_tty, print_error
+from llamactl.cli._settings_options import setting_help
 from llamactl.engine.errors import LlamactlError
 
 HELP = """Transcribe speech: an audio file, raw PCM on stdin, or the microphone (live captions).
@@ -118,7 +119,7 @@ def transcribe_command(
         typer.Option(
             "--threads",
             "-t",
-            help="Threads for the speech model (default: physical cores).",
+            help=setting_help("transcribe_threads"),
             rich_help_panel=_MODEL,
             show_default=False,
         ),

@@ -348,7 +348,10 @@ class Settings:
         Path | None, Field(description="Audio projector of a llama.cpp speech .gguf.")
     ] = None
     transcribe_threads: Annotated[
-        int, Field(ge=0, description="Speech model threads; 0: same as `threads`.")
+        int,
+        Field(
+            ge=0, description="Speech model threads; 0: as the threads setting (physical cores)."
+        ),
     ] = 0
     # Speech out (`tts`, /tts, /v1/audio/speech, realtime answers); None: eSpeak NG
     tts_model: Annotated[
