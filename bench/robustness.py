@@ -34,7 +34,6 @@ import os
 import random
 import struct
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -43,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from llamactl.layout import entry_point
 
 ROOT = Path(__file__).resolve().parent.parent
 HI = [{"role": "user", "content": "Hi"}]
@@ -67,7 +68,7 @@ class Server:
         env["LLAMACTL_CONFIG"] = os.devnull
         fd, log_path = tempfile.mkstemp(prefix="robustness-", suffix=".log")
         self.log_path = log_path
-        cmd = [sys.executable, "-m", "llamactl", "serve", "--port", str(self.port)]
+        cmd = [*entry_point(), "serve", "--port", str(self.port)]
         cmd += ["--parallel", "4", "--ctx-size", "1024", "--threads", str(threads)]
         cmd += ["--cache-ram", "32", "--metrics", "--log-level", "warning"]
         self.proc = subprocess.Popen(cmd, env=env, stderr=fd, stdout=subprocess.DEVNULL)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import httpx
 
+from llamactl.layout import entry_point
 from llamactl.models import embedded_model_path
 
 STORY = (
@@ -54,7 +55,7 @@ def start_router(args: argparse.Namespace, preset: Path) -> tuple[subprocess.Pop
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMACTL_")}
     env["LLAMACTL_CONFIG"] = os.devnull
-    cmd = [sys.executable, "-m", "llamactl", "serve", "--port", str(port)]
+    cmd = [*entry_point(), "serve", "--port", str(port)]
     cmd += ["--models-preset", str(preset), "--threads", str(args.threads)]
     cmd += ["--log-level", "warning"]
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from llamactl.layout import entry_point
 from llamactl.models import embedded_model_path
 
 TOPICS = [
@@ -195,9 +196,7 @@ def launch(kind: str, model: str, port: int, args: argparse.Namespace) -> subpro
     env = {**os.environ}
     if kind == "llamactl":
         cmd = [
-            sys.executable,
-            "-m",
-            "llamactl",
+            *entry_point(),
             "serve",
             "--model",
             model,

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from llamactl.layout import entry_point
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -115,7 +117,7 @@ def realtime_latency(runs: int, threads: int) -> list[float]:
     env = {**os.environ, "LLAMACTL_THREADS": str(threads)}
     env["LLAMACTL_TRANSCRIBE_THREADS"] = str(threads)
     server = subprocess.Popen(
-        [sys.executable, "-m", "llamactl", "serve", "--port", str(port), "--parallel", "1"],
+        [*entry_point(), "serve", "--port", str(port), "--parallel", "1"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

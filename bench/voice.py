@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from llamactl.layout import entry_point
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -74,7 +76,7 @@ def start_server(threads: int) -> tuple[subprocess.Popen, int]:
     env = {**os.environ, "LLAMACTL_THREADS": str(threads)}
     env["LLAMACTL_TRANSCRIBE_THREADS"] = str(threads)
     server = subprocess.Popen(
-        [sys.executable, "-m", "llamactl", "serve", "--port", str(port), "--parallel", "1"],
+        [*entry_point(), "serve", "--port", str(port), "--parallel", "1"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

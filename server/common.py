@@ -12,6 +12,7 @@ from llamactl.engine.conversation import ChatRequest, ChatStream, RenderedChat
 from llamactl.engine.errors import LlamactlError
 from llamactl.engine.grammar import json_grammar, json_schema_grammar
 from llamactl.engine.types import Done, SamplingParams
+from llamactl.engine_settings import sampling_defaults
 
 from .errors import APIError, bad_request, field_range_error, from_engine_error
 from .limits import limits_of
@@ -116,12 +117,13 @@ def sampling_params(
             raise bad_request(f"Field 'logit_bias': token id {token} is out of the vocabulary")
         check_float_range(f"logit_bias.{key}", value, -100.0, 100.0)
         bias[token] = float(value)
+    defaults = sampling_defaults(s)
     return SamplingParams(
-        temperature=s.temperature if temperature is None else temperature,
-        top_p=s.top_p if top_p is None else top_p,
-        top_k=s.top_k if top_k is None else top_k,
-        min_p=s.min_p if min_p is None else min_p,
-        seed=s.seed if seed is None else seed % SEED_SPACE,
+        temperature=defaults.temperature if temperature is None else temperature,
+        top_p=defaults.top_p if top_p is None else top_p,
+        top_k=defaults.top_k if top_k is None else top_k,
+        min_p=defaults.min_p if min_p is None else min_p,
+        seed=defaults.seed if seed is None else seed % SEED_SPACE,
         presence_penalty=presence_penalty or 0.0,
         frequency_penalty=frequency_penalty or 0.0,
         repeat_penalty=repeat_penalty or 1.0,
@@ -185,8 +187,8 @@ def render_chat(
 def start_chat(
     state: ServerState, request: ChatRequest, *, messages_field: str = "messages"
 ) -> ChatStream:
-    """Render and submit; engine errors become API errors before any byte is sent."""
-    check_int_range("n", request.n, 1, state.require_text_engine().config.n_parallel)
+    """Render and submit; engine errors become API errors before any byte is sent. (`n` was
+    checked against the slots where the body was read: `openai_chat.params.choice_count`.)"""
     check_chat_limits(state, request, messages_field=messages_field)
     try:
         return state.require_chat().start(request)

@@ -20,17 +20,15 @@ from llamactl.engine.audio.synth import Synthesizer, open_synthesizer
 from llamactl.engine.audio.synth_mtmd import open_mtmd_synthesizer
 from llamactl.engine.conversation import ChatModel
 from llamactl.engine.decision import (
-    DecisionConfig,
     DecisionEngine,
     decision_type_of,
     find_mmproj,
     load_decision_model,
 )
-from llamactl.engine.engine import Engine, EngineConfig
+from llamactl.engine.engine import Engine
 from llamactl.engine.errors import LlamactlError
 from llamactl.engine.gguf_info import read_gguf_info
-from llamactl.engine.model import Model
-from llamactl.models import resolve_model
+from llamactl.engine_settings import chat_template, decision_config, open_engine
 
 __all__ = [
     "Loaded",
@@ -65,9 +63,7 @@ def is_decision_model(path: Path) -> bool:
 def load_chat(settings: Settings, make_engine: Callable[[], Engine]) -> Loaded:
     """The engine `make_engine` builds and a chat model over it, with the settings' template
     file if one is set (read first: a missing file fails before the model loads)."""
-    template = None
-    if settings.chat_template_file is not None:
-        template = Path(settings.chat_template_file).read_text(encoding="utf-8")
+    template = chat_template(settings)
     engine = make_engine()
     try:
         return Loaded(engine=engine, chat=ChatModel(engine, template=template))
@@ -78,35 +74,9 @@ def load_chat(settings: Settings, make_engine: Callable[[], Engine]) -> Loaded:
 
 
 def text_engine(settings: Settings, model_path: Path) -> Engine:
-    """The batched generation engine over the model at `model_path`."""
-    s = settings
-    model = Model(model_path)
-    config = EngineConfig(
-        n_parallel=s.parallel,
-        n_ctx=s.n_ctx or None,
-        n_batch=s.batch_size,
-        n_ubatch=s.batch_size,
-        n_threads=s.threads,
-        kv_unified=s.kv_unified,
-        flash_attn=s.flash_attn != "off",
-        max_queue=s.max_queue,
-        kv_type=s.cache_type,
-        cache_ram_mib=s.cache_ram,
-        cache_idle_slots=s.cache_idle_slots,
-        slot_prompt_similarity=s.slot_prompt_similarity,
-        ctx_checkpoints=s.ctx_checkpoints,
-        checkpoint_min_step=s.checkpoint_min_step,
-        spec_types=tuple(s.spec_type),
-        model_draft=resolve_model(s, s.model_draft).path if s.model_draft else None,
-        spec_draft_n_max=s.spec_draft_n_max,
-        spec_draft_n_min=s.spec_draft_n_min,
-        spec_draft_p_min=s.spec_draft_p_min,
-    )
-    try:
-        return Engine(model, config)
-    except BaseException:
-        model.close()
-        raise
+    """The batched generation engine over the model at `model_path` (the settings mapped by
+    the one Settings -> EngineConfig mapping)."""
+    return open_engine(settings, model_path)
 
 
 def load_decisions(
@@ -120,14 +90,7 @@ def load_decisions(
     )
     for note in dm.notes:
         log.info("%s", note)
-    config = DecisionConfig(
-        n_parallel=s.parallel,
-        n_ctx=s.n_ctx or None,
-        n_batch=s.batch_size,
-        n_threads=s.threads,
-        flash_attn=s.flash_attn != "off",
-        max_queue=s.max_queue,
-    )
+    config = decision_config(s)
     try:
         engine = DecisionEngine(dm, config)
     except BaseException:

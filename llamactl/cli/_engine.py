@@ -6,6 +6,7 @@ and this module owns the llama.cpp imports, which are slow and must not run on `
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -47,46 +48,30 @@ class LoadedChat:
 def load_chat(settings: Settings, *, n_parallel: int = 1) -> LoadedChat:
     """Resolve `settings.model`, load it and start an engine with `n_parallel` slots.
 
-    While loading, a transient status line goes to stderr when it is a terminal; scripts
-    reading a pipe get nothing extra.
+    The engine is configured as `serve` configures its own (`llamactl.engine_settings`), with
+    `n_parallel` slots in place of --parallel. While loading, a transient status line goes to
+    stderr when it is a terminal; scripts reading a pipe get nothing extra.
     """
+    settings = dataclasses.replace(settings, parallel=n_parallel)
     resolved = resolve_model(settings)
     size = human_size(resolved.path.stat().st_size)
     message = f"Loading model {resolved.name} ({size})…"
     if is_tty(sys.stderr):
         with stderr_console().status(message, spinner="dots"):
-            return _load(settings, resolved, n_parallel)
-    return _load(settings, resolved, n_parallel)
+            return _load(settings, resolved)
+    return _load(settings, resolved)
 
 
-def _load(settings: Settings, resolved: ResolvedModel, n_parallel: int) -> LoadedChat:
+def _load(settings: Settings, resolved: ResolvedModel) -> LoadedChat:
     from llamactl.engine.conversation import ChatModel
-    from llamactl.engine.engine import Engine, EngineConfig
-    from llamactl.engine.model import Model
+    from llamactl.engine_settings import chat_template, open_engine
 
-    model = Model(resolved.path)
+    template = chat_template(settings)
+    engine = open_engine(settings, resolved.path)
     try:
-        engine = Engine(
-            model,
-            EngineConfig(
-                n_parallel=n_parallel,
-                # like llama-server's -c: the total, shared by the slots; 0 = as trained
-                n_ctx=settings.n_ctx or model.info.n_ctx_train * n_parallel,
-                n_batch=settings.batch_size,
-                n_ubatch=settings.batch_size,
-                n_threads=settings.threads,
-                kv_unified=settings.kv_unified,
-                flash_attn=settings.flash_attn != "off",
-                kv_type=settings.cache_type,
-            ),
-        )
-    except BaseException:
-        model.close()
-        raise
-    try:
-        chat = ChatModel(engine)
+        chat = ChatModel(engine, template=template)
     except BaseException:
         engine.close()
-        model.close()
+        engine.model.close()
         raise
-    return LoadedChat(resolved, model, engine, chat)
+    return LoadedChat(resolved, engine.model, engine, chat)

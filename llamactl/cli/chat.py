@@ -30,9 +30,12 @@ from llamactl.cli._output import (
     stderr_console,
     stdout_console,
 )
+from llamactl.cli._settings_options import settings_options
 from llamactl.config import Settings, load_settings
+from llamactl.config.fields import CHAT
 from llamactl.engine.errors import LlamactlError
 from llamactl.engine.types import ContentDelta, Done, ReasoningDelta, SamplingParams
+from llamactl.engine_settings import sampling_defaults
 
 if TYPE_CHECKING:
     from llamactl.cli._engine import LoadedChat
@@ -61,8 +64,6 @@ llamactl chat "Hi" --json | jq .text            # for scripts
 Ctrl-D, or Ctrl-C twice at the prompt, leaves.
 """
 
-_MODEL = "Model"
-_SAMPLING = "Sampling"
 _OUTPUT = "Output"
 
 
@@ -70,89 +71,15 @@ def register(app: typer.Typer) -> None:
     app.command("chat", help=HELP, epilog=EPILOG)(chat_command)
 
 
+@settings_options(CHAT)
 def chat_command(
+    overrides: dict[str, Any],
     prompt: Annotated[
         str | None,
         typer.Argument(
             help="The question. Omit it for an interactive chat.",
             metavar="PROMPT",
             show_default=False,
-        ),
-    ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            "-m",
-            help="GGUF path, alias or name in the models directory (default: embedded SmolLM2).",
-            metavar="NAME|PATH",
-            rich_help_panel=_MODEL,
-        ),
-    ] = None,
-    system: Annotated[
-        str | None,
-        typer.Option("--system", "-s", help="System prompt.", rich_help_panel=_MODEL),
-    ] = None,
-    ctx_size: Annotated[
-        int | None,
-        typer.Option(
-            "--ctx-size",
-            help="Context size in tokens (0: as trained).",
-            metavar="N",
-            rich_help_panel=_MODEL,
-        ),
-    ] = None,
-    threads: Annotated[
-        int | None,
-        typer.Option(
-            "--threads",
-            help="CPU threads (default: physical cores).",
-            metavar="N",
-            rich_help_panel=_MODEL,
-        ),
-    ] = None,
-    temperature: Annotated[
-        float | None,
-        typer.Option(
-            "--temperature",
-            "-t",
-            help="Sampling temperature; 0 is greedy.",
-            metavar="T",
-            rich_help_panel=_SAMPLING,
-        ),
-    ] = None,
-    top_p: Annotated[
-        float | None,
-        typer.Option(
-            "--top-p", help="Nucleus sampling threshold.", metavar="P", rich_help_panel=_SAMPLING
-        ),
-    ] = None,
-    top_k: Annotated[
-        int | None,
-        typer.Option(
-            "--top-k",
-            help="Sample among the K likeliest tokens.",
-            metavar="K",
-            rich_help_panel=_SAMPLING,
-        ),
-    ] = None,
-    seed: Annotated[
-        int | None,
-        typer.Option(
-            "--seed",
-            help="Random seed, for reproducible sampling.",
-            metavar="N",
-            rich_help_panel=_SAMPLING,
-        ),
-    ] = None,
-    max_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--max-tokens",
-            "-n",
-            help="Stop an answer after N tokens.",
-            metavar="N",
-            rich_help_panel=_SAMPLING,
         ),
     ] = None,
     show_timings: Annotated[
@@ -178,19 +105,7 @@ def chat_command(
         ),
     ] = False,
 ) -> None:
-    settings = load_settings(
-        {
-            "model": model,
-            "system": system,
-            "ctx_size": ctx_size,
-            "threads": threads,
-            "temperature": temperature,
-            "top_p": top_p,
-            "top_k": top_k,
-            "seed": seed,
-            "max_tokens": max_tokens,
-        }
-    )
+    settings = load_settings(overrides)
     question = join_prompt(read_piped_stdin(), prompt)
     if question is None:
         if not is_tty(sys.stdin):
@@ -284,10 +199,7 @@ class TurnOptions:
 
     @classmethod
     def from_settings(cls, s: Settings, show_timings: bool, hide_reasoning: bool) -> TurnOptions:
-        sampling = SamplingParams(
-            temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, seed=s.seed
-        )
-        return cls(sampling, s.max_tokens, show_timings, not hide_reasoning)
+        return cls(sampling_defaults(s), s.max_tokens, show_timings, not hide_reasoning)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llamactl.cli._output import print_error, stderr_console, stdout_console
+from llamactl.cli._settings_options import default_text
 from llamactl.config import load_settings
 
 HELP = """Answer questions about a state with a decision model (no text is generated).
@@ -119,18 +120,23 @@ def score_command(
     ] = None,
     threads: Annotated[
         int | None,
-        typer.Option("--threads", help="CPU threads.", metavar="N", rich_help_panel=_MODEL),
-    ] = None,
-    parallel: Annotated[
-        int,
         typer.Option(
-            "--parallel",
-            help="Slots: questions scored side by side, sharing their prompt prefix.",
+            "--threads",
+            help=f"CPU threads [{default_text('threads')}].",
             metavar="N",
-            min=1,
             rich_help_panel=_MODEL,
         ),
-    ] = 4,
+    ] = None,
+    parallel: Annotated[
+        int | None,
+        typer.Option(
+            "--parallel",
+            help="Slots: questions scored side by side, sharing their prompt prefix "
+            f"[{default_text('parallel')}].",
+            metavar="N",
+            rich_help_panel=_MODEL,
+        ),
+    ] = None,
     url: Annotated[
         str | None,
         typer.Option(
@@ -148,9 +154,9 @@ def score_command(
     ] = False,
 ) -> None:
     body = build_body(request_file, state, question or [], image or [])
-    settings = load_settings({"model": model, "threads": threads})
+    settings = load_settings({"model": model, "threads": threads, "parallel": parallel})
     run = post if url else score_locally
-    response = run(settings, body, url=url, mmproj=mmproj, parallel=parallel)
+    response = run(settings, body, url=url, mmproj=mmproj)
     if json_output:
         sys.stdout.write(json.dumps(response, indent=2, ensure_ascii=False) + "\n")
     else:
@@ -252,11 +258,10 @@ def data_url(path: Path) -> str:
 
 # ------------------------------------------------------------------ scoring
 def score_locally(
-    settings: Any, body: dict[str, Any], *, mmproj: Path | None, parallel: int, **_: Any
+    settings: Any, body: dict[str, Any], *, mmproj: Path | None, **_: Any
 ) -> dict[str, Any]:
     """Load the model here, answer, free it."""
     from llamactl.engine.decision import (
-        DecisionConfig,
         DecisionEngine,
         decision_type_of,
         find_mmproj,
@@ -264,6 +269,7 @@ def score_locally(
     )
     from llamactl.engine.errors import InvalidRequestError
     from llamactl.engine.gguf_info import read_gguf_info
+    from llamactl.engine_settings import decision_config
     from llamactl.models import resolve_model
 
     resolved = resolve_model(settings)
@@ -278,7 +284,7 @@ def score_locally(
     for note in dm.notes:
         stderr_console().print(Text(note, style="dim"), soft_wrap=True)
     try:
-        config = DecisionConfig(n_parallel=parallel, n_threads=settings.threads)
+        config = decision_config(settings)
         with DecisionEngine(dm, config) as engine:
             result = engine.score(engine.parse(body))
     finally:

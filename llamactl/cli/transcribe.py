@@ -23,6 +23,7 @@ import numpy as np
 import typer
 
 from llamactl.cli._output import color_enabled, is_tty, print_error
+from llamactl.cli._settings_options import setting_help
 from llamactl.engine.errors import LlamactlError
 
 if TYPE_CHECKING:  # imported when --url is used: pydantic models take a while to build
@@ -121,7 +122,7 @@ def transcribe_command(
         typer.Option(
             "--threads",
             "-t",
-            help="Threads for the speech model (default: physical cores).",
+            help=setting_help("transcribe_threads"),
             rich_help_panel=_MODEL,
             show_default=False,
         ),

@@ -6,12 +6,12 @@ whether a sequence's logits depend on what it is batched with (docs/engine.md, E
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import llama_cpp
 
 from .errors import ModelLoadError
+from .limits import DEFAULT_SLOT_CTX, physical_cores
 from .model import Model
 
 __all__ = [
@@ -24,16 +24,7 @@ __all__ = [
     "resolve_kv_type",
 ]
 
-DEFAULT_SLOT_CTX = 4096
 KV_TYPES = {"bf16": 30, "f16": 1, "q8_0": 8}  # ggml_type values
-
-
-def physical_cores() -> int:
-    """Compute threads to use: llama.cpp collapses when it oversubscribes cores."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def default_slot_ctx(model: Model) -> int:

@@ -34,6 +34,7 @@ from .errors import (
     LlamactlError,
 )
 from .kv_reuse import SlotMemory
+from .limits import MAX_DRAFT
 from .loop import DecodeLoop
 from .model import Model
 from .output import OutputProcessor
@@ -157,8 +158,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         if types and not self._can_trim:
             log.warning("speculative decoding is off: %s cannot trim its memory", self.model.path)
             return []
-        if not 1 <= config.spec_draft_n_max <= 48:  # a draft and its row stay under 64
-            raise InvalidRequestError("spec_draft_n_max must be between 1 and 48")
+        if not 1 <= config.spec_draft_n_max <= MAX_DRAFT:  # a draft and its row stay under 64
+            raise InvalidRequestError(f"spec_draft_n_max must be between 1 and {MAX_DRAFT}")
         out: list[Speculator] = []
         for name in types:
             if name == "ngram-simple":

@@ -23,6 +23,7 @@ import numpy as np
 
 from .batch import Batch
 from .errors import InvalidRequestError, ModelLoadError
+from .limits import MAX_DRAFT
 from .prompt_cache import common_prefix
 
 if TYPE_CHECKING:
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("llamactl.engine")
 
 SPEC_TYPES = ("ngram-simple", "ngram-cache", "draft-simple")  # also the tie-break order
-MAX_DRAFT = 48  # a draft and its pending row stay under 64 rows (one flash-attention kernel)
 
 
 @dataclass

@@ -101,8 +101,8 @@ class MtmdTranscriber(Transcriber):
         import llama_cpp
         from llama_cpp import mtmd_cpp as mtmd
 
-        from llamactl.config import physical_cores
         from llamactl.engine.chat.template import CHATML_TEMPLATE, ChatTemplate
+        from llamactl.engine.limits import physical_cores
         from llamactl.engine.model import Model
 
         model_path, mmproj_path = Path(model_path), Path(mmproj_path)

@@ -1,0 +1,120 @@
+"""Command-line options made from the settings model.
+
+A command decorated with `settings_options("serve")` gets one option per setting whose `Flag`
+names that command: the flag, its help text and the default shown in `--help` come from the
+field (`llamactl.config.fields`), so no command repeats a default or a bound. The values given
+reach the command as `overrides` (setting name -> value; None: not given), ready for
+`load_settings`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+
+from llamactl.config import Flag, Settings
+
+__all__ = ["default_text", "settings_options", "setting_help"]
+
+OVERRIDES = "overrides"
+
+
+def _flag(name: str) -> Flag | None:
+    return next(
+        (m for m in Settings.__pydantic_fields__[name].metadata if isinstance(m, Flag)), None
+    )
+
+
+def default_text(name: str) -> str | None:
+    """The default of a setting as `--help` shows it; None when there is nothing to show."""
+    flag = _flag(name)
+    if flag is not None and flag.shown_default is not None:
+        return flag.shown_default
+    info = Settings.__pydantic_fields__[name]
+    value = info.get_default(call_default_factory=True)
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return ", ".join(value) or "none"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return None if value is None else str(value)
+
+
+def setting_help(name: str) -> str:
+    """The field's description followed by its default: `Port [8080].`"""
+    text = Settings.__pydantic_fields__[name].description or ""
+    shown = default_text(name)
+    return f"{text.rstrip('.')} [{shown}]." if shown is not None else text
+
+
+def _option_type(name: str) -> Any:
+    """What the option parses: lists and choices arrive as text, checked by load_settings."""
+    hint = Settings.__pydantic_fields__[name].annotation
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    inner = args[0] if len(args) == 1 else hint
+    if inner in (bool, int, float, Path):
+        return inner
+    if typing.get_origin(inner) in (list, Literal) or inner is str:
+        return str
+    raise TypeError(f"setting {name!r} has no command-line form for {hint!r}")
+
+
+def _parameter(command: str, name: str, flag: Flag) -> inspect.Parameter:
+    kind = _option_type(name)
+    long = flag.long or "--" + name.replace("_", "-")
+    if kind is bool and flag.negatable:
+        long = f"{long}/--no-{long[2:]}"
+    decls = [long]
+    if flag.short and command not in flag.no_short:
+        decls.append(flag.short)
+    option = typer.Option(
+        *decls,
+        help=setting_help(name),
+        metavar=flag.metavar,
+        rich_help_panel=flag.panel,
+        show_default=False,
+    )
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=None,
+        annotation=Annotated[kind | None, option],
+    )
+
+
+def _parameters(command: str) -> list[inspect.Parameter]:
+    return [
+        _parameter(command, name, flag)
+        for name in Settings.__pydantic_fields__
+        if (flag := _flag(name)) is not None and command in flag.commands
+    ]
+
+
+def settings_options(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command taking `overrides`: Typer sees the settings' options in its place."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        generated = _parameters(command)
+        names = {p.name for p in generated}
+        own = [p for p in inspect.signature(func, eval_str=True).parameters.values()]
+        kept = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.name != OVERRIDES]
+
+        @functools.wraps(func)
+        def command_with_settings(**kwargs: Any) -> Any:
+            overrides = {name: kwargs.pop(name) for name in names}
+            return func(**kwargs, overrides=overrides)
+
+        params = [*generated, *kept]  # the settings' panels first
+        command_with_settings.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command_with_settings.__annotations__ = {p.name: p.annotation for p in params}
+        del command_with_settings.__wrapped__  # Typer must read the new signature
+        return command_with_settings
+
+    return decorate

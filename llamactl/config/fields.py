@@ -1,0 +1,494 @@
+"""The settings model: every setting once, with its type, default, bounds and help text.
+
+A field is the whole definition of a setting. Its name is the config-file key and, upper-cased
+after `LLAMACTL_`, the environment variable; a `Flag` marker makes it a command-line option of
+the commands it names (the flag, the help text and the default shown in `--help` all come from
+here); an `Engine` marker says which engine-config field it sets, so the one mapping in
+`llamactl.engine_settings` picks it up with no code of its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, SkipValidation
+from pydantic.dataclasses import dataclass as settings_dataclass
+
+from llamactl import paths
+from llamactl.engine.errors import ConfigError
+from llamactl.engine.limits import DEFAULT_SLOT_CTX, MAX_DRAFT, physical_cores
+
+__all__ = [
+    "CHAT",
+    "ENGINE_COMMANDS",
+    "ROUTER_PANEL",
+    "SERVER_PANEL",
+    "SERVE",
+    "Engine",
+    "Flag",
+    "Settings",
+    "Source",
+    "SourceKind",
+]
+
+FlashAttn = Literal["auto", "on", "off"]
+KvType = Literal["auto", "bf16", "f16", "q8_0"]
+SourceKind = Literal["default", "file", "env", "cli"]
+
+SERVE, CHAT = "serve", "chat"
+ENGINE_COMMANDS = frozenset({SERVE, CHAT})  # the commands that build a chat engine
+
+# help panels of `llamactl serve` / `llamactl chat`
+SERVER_PANEL = _SERVER = "Server"
+_MODEL = "Model and engine"
+_SAMPLING = "Sampling"
+ROUTER_PANEL = _ROUTER = "Router: many models, one child process each"
+_CACHE = "Prompt cache and checkpoints"
+_SPEC = "Speculative decoding"
+_EDGE = "HTTP edge: origins, hosts, body limits"
+_LIMITS = "Request limits (docs/serve.md, Request limits)"
+_SPEECH = "Speech limits (docs/transcribe.md, docs/api-realtime.md)"
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A setting as a command-line option. `long` defaults to --kebab-name; `short` is left
+    out on the commands in `no_short` (where the letter means something else)."""
+
+    panel: str
+    commands: frozenset[str] = ENGINE_COMMANDS
+    short: str | None = None
+    no_short: frozenset[str] = frozenset()
+    long: str | None = None
+    negatable: bool = True  # booleans: --x/--no-x
+    shown_default: str | None = None  # when the default is not a plain value (None, computed)
+    metavar: str | None = None
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The engine-config field a setting sets (`EngineConfig`, and `DecisionConfig` when it has
+    the same field). `convert` turns the setting's value into the engine's; `model_ref` says
+    the value names a model, resolved to its file like --model."""
+
+    target: str
+    convert: Callable[[Any], Any] | None = None
+    model_ref: bool = False
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a setting's value came from; `detail` is the file:line, variable or flag."""
+
+    kind: SourceKind
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind} ({self.detail})" if self.detail else self.kind
+
+
+def _bookkeeping(**kwargs: Any) -> Any:
+    """Not a setting: kept out of equality, repr and SETTING_NAMES."""
+    return dataclasses.field(compare=False, repr=False, metadata={"internal": True}, **kwargs)
+
+
+def _flash_on(value: str) -> bool:
+    return value != "off"
+
+
+@settings_dataclass
+class Settings:
+    """Every user-tunable setting. Build it with `load_settings`, not directly."""
+
+    model: Annotated[
+        str | None,
+        Field(description="GGUF path, alias or name in the models dir."),
+        Flag(_MODEL, short="-m", metavar="NAME|PATH", shown_default="embedded SmolLM2"),
+    ] = None
+    models_dir: Annotated[Path, Field(description="Where model names are looked up.")] = Field(
+        default_factory=paths.default_models_dir
+    )
+    aliases: Annotated[dict[str, str], Field(description="Short names for model files.")] = Field(
+        default_factory=dict
+    )
+    n_ctx: Annotated[
+        int,
+        Field(
+            ge=0,
+            description="Total context over all slots; "
+            f"0: min(train, {DEFAULT_SLOT_CTX}) per slot.",
+        ),
+        Flag(_MODEL, short="-c", long="--ctx-size", metavar="N"),
+        Engine("n_ctx"),
+    ] = 0
+    parallel: Annotated[
+        int,
+        Field(ge=1, description="Slots: requests decoded together."),
+        Flag(_MODEL, commands=frozenset({SERVE}), short="-np"),
+        Engine("n_parallel"),
+    ] = 4
+    threads: Annotated[
+        int,
+        Field(ge=1, description="Compute threads for generation."),
+        Flag(_MODEL, short="-t", no_short=frozenset({CHAT}), shown_default="physical cores"),
+        Engine("n_threads"),
+    ] = Field(default_factory=physical_cores)
+    threads_batch: Annotated[
+        int,
+        Field(ge=0, description="Compute threads for prompts and batches; 0: as --threads."),
+        Flag(_MODEL, short="-tb"),
+        Engine("n_threads_batch"),
+    ] = 0
+    batch_size: Annotated[
+        int,
+        Field(ge=1, description="Logical batch: tokens per decode step."),
+        Flag(_MODEL, short="-b"),
+        Engine("n_batch"),
+    ] = 512
+    ubatch_size: Annotated[
+        int,
+        Field(ge=1, description="Physical batch: tokens per compute pass (at most --batch-size)."),
+        Flag(_MODEL, short="-ub"),
+        Engine("n_ubatch"),
+    ] = 512
+    temperature: Annotated[
+        float,
+        Field(ge=0.0, description="Sampling temperature; 0 is greedy."),
+        Flag(_SAMPLING, commands=frozenset({CHAT}), short="-t", metavar="T"),
+    ] = 0.8
+    top_p: Annotated[
+        float,
+        Field(ge=0.0, le=1.0, description="Nucleus sampling threshold."),
+        Flag(_SAMPLING, commands=frozenset({CHAT}), metavar="P"),
+    ] = 0.95
+    top_k: Annotated[
+        int,
+        Field(ge=0, description="Sample among the K likeliest tokens; 0: all."),
+        Flag(_SAMPLING, commands=frozenset({CHAT}), metavar="K"),
+    ] = 40
+    min_p: Annotated[
+        float, Field(ge=0.0, le=1.0, description="Drop tokens below this share of the top one.")
+    ] = 0.05
+    seed: Annotated[
+        int | None,
+        Field(description="Random seed, for reproducible sampling."),
+        Flag(_SAMPLING, commands=frozenset({CHAT}), metavar="N", shown_default="random"),
+    ] = None
+    max_tokens: Annotated[
+        int | None,
+        Field(ge=0, description="Stop an answer after N tokens."),
+        Flag(_SAMPLING, commands=frozenset({CHAT}), short="-n", metavar="N"),
+    ] = None
+    system: Annotated[
+        str | None,
+        Field(description="System prompt."),
+        Flag(_MODEL, commands=frozenset({CHAT}), short="-s"),
+    ] = None
+    host: Annotated[
+        str,
+        Field(description="Address to listen on."),
+        Flag(_SERVER, commands=frozenset({SERVE})),
+    ] = "127.0.0.1"
+    port: Annotated[
+        int,
+        Field(ge=0, le=65535, description="Port."),
+        Flag(_SERVER, commands=frozenset({SERVE})),
+    ] = 8080
+    api_key: Annotated[
+        list[str],
+        Field(description="Accepted API key(s), comma-separated.", repr=False),  # never printed
+        Flag(_SERVER, commands=frozenset({SERVE}), shown_default="none"),
+    ] = Field(default_factory=list, repr=False)
+    api_key_file: Annotated[
+        Path | None,
+        Field(description="File with one API key per line."),
+        Flag(_SERVER, commands=frozenset({SERVE})),
+    ] = None
+    sse_ping_interval: Annotated[
+        float,
+        Field(ge=-1.0, description="Seconds of stream silence before a ping; -1 disables."),
+        Flag(_SERVER, commands=frozenset({SERVE})),
+    ] = 30.0
+    metrics: Annotated[
+        bool,
+        Field(description="Serve Prometheus /metrics."),
+        Flag(_SERVER, commands=frozenset({SERVE}), negatable=False, shown_default="off"),
+    ] = False
+    max_queue: Annotated[
+        int,
+        Field(ge=0, description="Requests that may wait for a slot; 503 past it."),
+        Flag(_SERVER, commands=frozenset({SERVE})),
+        Engine("max_queue"),
+    ] = 64
+    alias: Annotated[
+        str | None,
+        Field(description="Model id reported by /v1/models."),
+        Flag(_MODEL, commands=frozenset({SERVE}), short="-a"),
+    ] = None
+    kv_unified: Annotated[
+        bool,
+        Field(description="One KV buffer for all slots (outputs then vary with load)."),
+        Flag(_MODEL),
+        Engine("kv_unified"),
+    ] = False
+    flash_attn: Annotated[
+        FlashAttn,
+        Field(description="Flash attention: auto, on or off."),
+        Engine("flash_attn", convert=_flash_on),
+    ] = "on"
+    cache_type: Annotated[
+        KvType,
+        Field(
+            description="KV cache type: auto (f16, outputs independent of batching; bf16 for"
+            " recurrent, hybrid and sliding-window models), bf16, f16 or q8_0."
+        ),
+        Flag(_CACHE, short="-ctk"),
+        Engine("kv_type"),
+    ] = "auto"
+    # Prompt cache, checkpoints, speculative decoding
+    cache_ram: Annotated[
+        int | None,
+        Field(ge=-1, description="RAM prompt cache in MiB; -1: no limit; 0: off."),
+        Flag(_CACHE, short="-cram", shown_default="8192; decision models: off"),
+        Engine("cache_ram_mib"),
+    ] = None
+    cache_idle_slots: Annotated[
+        bool,
+        Field(description="Save an idle slot's prompt to the cache before a new request takes it."),
+        Flag(_CACHE),
+        Engine("cache_idle_slots"),
+    ] = True
+    slot_prompt_similarity: Annotated[
+        float,
+        Field(
+            ge=0.0,
+            le=1.0,
+            description="Reuse the idle slot sharing more than this share of a prompt; 0: LRU.",
+        ),
+        Flag(_CACHE, short="-sps"),
+        Engine("slot_prompt_similarity"),
+    ] = 0.10
+    ctx_checkpoints: Annotated[
+        int,
+        Field(ge=0, description="Checkpoints per slot for hybrid/recurrent/SWA models."),
+        Flag(_CACHE, short="-ctxcp"),
+        Engine("ctx_checkpoints"),
+    ] = 32
+    checkpoint_min_step: Annotated[
+        int,
+        Field(ge=0, description="Tokens between checkpoints, the last user message aside."),
+        Flag(_CACHE, short="-cms"),
+        Engine("checkpoint_min_step"),
+    ] = 8192
+    spec_type: Annotated[
+        list[str],
+        Field(description="Speculators, comma-separated: ngram-simple, ngram-cache, draft-simple."),
+        Flag(_SPEC),
+        Engine("spec_types", convert=tuple),
+    ] = Field(default_factory=list)
+    model_draft: Annotated[
+        str | None,
+        Field(description="Draft model for draft-simple (same vocabulary as --model)."),
+        Flag(_SPEC, short="-md"),
+        Engine("model_draft", model_ref=True),
+    ] = None
+    spec_draft_n_max: Annotated[
+        int,
+        Field(ge=1, le=MAX_DRAFT, description="Most tokens per draft."),
+        Flag(_SPEC),
+        Engine("spec_draft_n_max"),
+    ] = 3
+    spec_draft_n_min: Annotated[
+        int,
+        Field(ge=0, le=MAX_DRAFT, description="Shorter drafts are dropped."),
+        Flag(_SPEC),
+        Engine("spec_draft_n_min"),
+    ] = 0
+    spec_draft_p_min: Annotated[
+        float,
+        Field(ge=0.0, le=1.0, description="Draft model: stop drafting below this probability."),
+        Flag(_SPEC),
+        Engine("spec_draft_p_min"),
+    ] = 0.0
+    chat_template_file: Annotated[
+        Path | None,
+        Field(description="Jinja file replacing the model's template."),
+        Flag(_MODEL),
+    ] = None
+    # Router mode (`serve --models-dir/--models-preset`): many models, each in a child process
+    models_preset: Annotated[
+        Path | None,
+        Field(description="Router mode: TOML file of named models with their own settings."),
+        Flag(_ROUTER, commands=frozenset({SERVE})),
+    ] = None
+    models_max: Annotated[
+        int,
+        Field(
+            ge=0,
+            description="Models loaded at once; the least recently used is unloaded; 0: no limit.",
+        ),
+        Flag(_ROUTER, commands=frozenset({SERVE})),
+    ] = 4
+    models_autoload: Annotated[
+        bool,
+        Field(description="Load a model on its first request; ?autoload= overrides per request."),
+        Flag(_ROUTER, commands=frozenset({SERVE})),
+    ] = True
+    sleep_idle_seconds: Annotated[
+        float,
+        Field(ge=-1.0, description="Unload a model idle this many seconds; -1: never."),
+        Flag(_ROUTER, commands=frozenset({SERVE})),
+    ] = -1.0
+    # Speech in (`transcribe`, /v1/audio/transcriptions, /v1/realtime)
+    transcribe_model: Annotated[
+        str | None, Field(description="Speech model; none: the embedded Whisper tiny.en.")
+    ] = None
+    transcribe_mmproj: Annotated[
+        Path | None, Field(description="Audio projector of a llama.cpp speech .gguf.")
+    ] = None
+    transcribe_threads: Annotated[
+        int,
+        Field(
+            ge=0, description="Speech model threads; 0: as the threads setting (physical cores)."
+        ),
+    ] = 0
+    # Speech out (`tts`, /tts, /v1/audio/speech, realtime answers); None: eSpeak NG
+    tts_model: Annotated[
+        Path | None, Field(description="A llama.cpp TTS backbone .gguf (with tts_mmproj).")
+    ] = None
+    tts_mmproj: Annotated[
+        Path | None, Field(description="The TTS backbone's mmproj holding the audio generator.")
+    ] = None
+    # Speech limits (hardening): what one upload or one realtime session may hold
+    max_audio_seconds: Annotated[
+        float,
+        Field(ge=1.0, description="Longest transcription upload, in seconds of audio."),
+        Flag(_SPEECH, commands=frozenset({SERVE})),
+    ] = 3600.0
+    max_audio_upload_mib: Annotated[
+        int,
+        Field(ge=1, description="Largest transcription upload in MiB; 413 past it."),
+        Flag(_SPEECH, commands=frozenset({SERVE})),
+    ] = 64
+    realtime_max_buffer_seconds: Annotated[
+        float,
+        Field(ge=60.0, description="Input audio a realtime session may hold untranscribed."),
+        Flag(_SPEECH, commands=frozenset({SERVE})),
+    ] = 1200.0
+    realtime_max_sessions: Annotated[
+        int,
+        Field(ge=1, description="Realtime connections served at once."),
+        Flag(_SPEECH, commands=frozenset({SERVE})),
+    ] = 32
+    # Request limits (serve): work that grows with a request is bounded; over a limit is a 400
+    max_messages: Annotated[
+        int,
+        Field(ge=1, description="Most chat messages / Responses input items per request."),
+        Flag(_LIMITS, commands=frozenset({SERVE})),
+    ] = 4096
+    max_stop_strings: Annotated[
+        int,
+        Field(ge=0, description="Most stop strings per request."),  # OpenAI 4, llama-server any
+        Flag(_LIMITS, commands=frozenset({SERVE})),
+    ] = 32
+    max_stop_length: Annotated[
+        int,
+        Field(ge=1, description="Longest stop string, in characters."),
+        Flag(_LIMITS, commands=frozenset({SERVE})),
+    ] = 512
+    max_tools: Annotated[
+        int,
+        Field(ge=0, description="Most tools per request."),  # OpenAI's limit
+        Flag(_LIMITS, commands=frozenset({SERVE})),
+    ] = 128
+    max_schema_bytes: Annotated[
+        int,
+        Field(ge=1, description="Largest JSON schema or GBNF grammar, in bytes."),
+        Flag(_LIMITS, commands=frozenset({SERVE})),
+    ] = 262144
+    max_schema_depth: Annotated[
+        int,
+        Field(ge=1, description="Deepest nesting in a JSON schema."),
+        Flag(_LIMITS, commands=frozenset({SERVE})),
+    ] = 64
+    max_json_values: Annotated[
+        int,
+        Field(ge=1, description="Most JSON values in a body over 1 MiB; 413 past it."),
+        Flag(_LIMITS, commands=frozenset({SERVE})),
+    ] = 262144
+    # HTTP edge (serve): who may call, how much a request may send (docs/serve.md, Security)
+    cors_origins: Annotated[
+        list[str],
+        Field(
+            description="Web origins allowed to call, comma-separated: localhost (pages on this "
+            "machine), * (any) or scheme://host[:port]."
+        ),
+        Flag(_EDGE, commands=frozenset({SERVE})),
+    ] = Field(default_factory=lambda: ["localhost"])
+    allowed_hosts: Annotated[
+        list[str],
+        Field(
+            description="Host names answered besides loopback ones, comma-separated; * answers any."
+        ),
+        Flag(
+            _EDGE,
+            commands=frozenset({SERVE}),
+            shown_default="none: loopback names only when bound to loopback",
+        ),
+    ] = Field(default_factory=list)
+    max_body_size: Annotated[
+        int,
+        Field(ge=1, description="Largest request body in MiB; 413 past it."),
+        Flag(_EDGE, commands=frozenset({SERVE})),
+    ] = 32
+    body_timeout: Annotated[
+        float,
+        Field(ge=0.1, description="Seconds to receive a whole request body; 408 past it."),
+        Flag(_EDGE, commands=frozenset({SERVE})),
+    ] = 60.0
+    shutdown_grace: Annotated[
+        float,
+        Field(
+            ge=0.0,
+            description="On SIGTERM or Ctrl-C, seconds running generations may finish; queued "
+            "ones end at once, a second signal ends all.",
+        ),
+        Flag(_SERVER, commands=frozenset({SERVE})),
+    ] = 10.0
+    # Bookkeeping, not settings: the file that was read (None if there was none) and where
+    # each setting's value came from.
+    config_file: Annotated[Path | None, SkipValidation] = _bookkeeping(default=None)
+    sources: Annotated[dict[str, Source], SkipValidation] = _bookkeeping(default_factory=dict)
+
+    def explain(self) -> list[tuple[str, Any, Source]]:
+        """(name, value, source) for every setting, in declaration order."""
+        return [
+            (name, getattr(self, name), self.sources.get(name, Source("default")))
+            for name in SETTING_NAMES
+        ]
+
+    def resolved_api_keys(self) -> list[str]:
+        """`api_key` plus the non-blank, non-comment lines of `api_key_file`."""
+        keys = list(self.api_key)
+        if self.api_key_file is not None:
+            try:
+                text = self.api_key_file.read_text(encoding="utf-8")
+            except OSError as e:
+                raise ConfigError(
+                    f"cannot read api_key_file {self.api_key_file} "
+                    f"({self.sources.get('api_key_file', Source('default'))}): {e.strerror or e}"
+                ) from e
+            for line in text.splitlines():
+                line = line.strip()
+                if line and not line.startswith("#"):
+                    keys.append(line)
+        return keys
+
+
+SETTING_NAMES: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(Settings) if not f.metadata.get("internal")
+)

@@ -1,0 +1,103 @@
+"""Settings → the engine's configs: the one mapping, used by every front end that builds an
+engine (`llamactl chat`, `llamactl serve`, the TUI's in-process server, `llamactl score`).
+
+Each setting with an `Engine` marker (`llamactl.config.fields`) sets the engine-config field
+it names, converted if the marker says so; nothing here lists settings one by one. So a new
+engine setting is a field in `Settings` and one in `EngineConfig`, and `chat` and `serve`
+cannot size or configure an engine differently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from llamactl.config import Engine, Settings
+from llamactl.engine.types import SamplingParams
+
+if TYPE_CHECKING:
+    from llamactl.engine.decision import DecisionConfig
+    from llamactl.engine.engine import Engine as ChatEngine
+    from llamactl.engine.engine import EngineConfig
+
+__all__ = [
+    "chat_template",
+    "decision_config",
+    "engine_config",
+    "engine_values",
+    "open_engine",
+    "sampling_defaults",
+]
+
+
+def _markers() -> dict[str, Engine]:
+    """setting name -> its Engine marker, for the settings that configure the engine."""
+    found = {}
+    for name, info in Settings.__pydantic_fields__.items():
+        marker = next((m for m in info.metadata if isinstance(m, Engine)), None)
+        if marker is not None:
+            found[name] = marker
+    return found
+
+
+def engine_values(settings: Settings, targets: set[str]) -> dict[str, Any]:
+    """The engine-config fields among `targets` that settings set, with the engine's values."""
+    values: dict[str, Any] = {}
+    for name, marker in _markers().items():
+        if marker.target not in targets:
+            continue
+        value = getattr(settings, name)
+        if marker.model_ref and value is not None:
+            from llamactl.models import resolve_model
+
+            value = resolve_model(settings, value).path
+        values[marker.target] = marker.convert(value) if marker.convert else value
+    return values
+
+
+def engine_config(settings: Settings) -> EngineConfig:
+    """The chat engine's config (KV sizing: n_ctx 0 is min(train ctx, 4096) per slot)."""
+    from llamactl.engine.engine import EngineConfig
+
+    names = {f.name for f in dataclasses.fields(EngineConfig)}
+    return EngineConfig(**engine_values(settings, names))
+
+
+def decision_config(settings: Settings) -> DecisionConfig:
+    """A decision engine's config: the same settings, where DecisionConfig has the field."""
+    from llamactl.engine.decision import DecisionConfig
+
+    names = {f.name for f in dataclasses.fields(DecisionConfig)}
+    return DecisionConfig(**engine_values(settings, names))
+
+
+def sampling_defaults(settings: Settings) -> SamplingParams:
+    """Sampling for a request that sets nothing itself."""
+    return SamplingParams(
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        top_k=settings.top_k,
+        min_p=settings.min_p,
+        seed=settings.seed,
+    )
+
+
+def chat_template(settings: Settings) -> str | None:
+    """The text of `chat_template_file`, which replaces the model's template; None: keep it."""
+    if settings.chat_template_file is None:
+        return None
+    return Path(settings.chat_template_file).read_text(encoding="utf-8")
+
+
+def open_engine(settings: Settings, model_path: Path) -> ChatEngine:
+    """Load the model at `model_path` and start its chat engine; the model is freed on failure."""
+    from llamactl.engine.engine import Engine as ChatEngine
+    from llamactl.engine.model import Model
+
+    model = Model(model_path)
+    try:
+        return ChatEngine(model, engine_config(settings))
+    except BaseException:
+        model.close()
+        raise
