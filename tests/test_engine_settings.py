@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from llamactl.server import loader as server_loader
 from llamactl.server import state as server_state
 from typer.testing import CliRunner
 
@@ -54,8 +55,8 @@ def fakes(monkeypatch):
     monkeypatch.setattr("llamactl.engine.engine.Engine", FakeEngine)
     monkeypatch.setattr("llamactl.engine.model.Model", FakeModel)
     monkeypatch.setattr("llamactl.engine.conversation.ChatModel", FakeChat)
-    monkeypatch.setattr(server_state, "ChatModel", FakeChat)
-    monkeypatch.setattr(server_state, "_is_decision_model", lambda path: False)
+    monkeypatch.setattr(server_loader, "ChatModel", FakeChat)
+    monkeypatch.setattr(server_state, "is_decision_model", lambda path: False)
 
 
 def build_both(settings: Settings, model: Path) -> tuple[EngineConfig, EngineConfig]:
