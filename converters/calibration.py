@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointError
+from llamactl.core.errors import CheckpointError
 
 QUESTION_TYPES = ("choice", "score", "noul")
 BUCKETS = {

@@ -18,6 +18,8 @@ from typing import Any
 
 import gguf
 
+from llamactl.core.errors import CheckpointError, ConvertError
+
 from . import arch_lfm2, mmproj
 from .checkpoint import Checkpoint
 from .decision import (
@@ -26,7 +28,6 @@ from .decision import (
     systemone_template,
     write_decision,
 )
-from .errors import CheckpointError, ConvertError
 from .plan import GGUFPlan, OutTensor, OutType
 from .textmodel import write_general
 from .vocab import read_bpe_vocab, require_single_tokens, write_vocab

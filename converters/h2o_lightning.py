@@ -14,9 +14,10 @@ from typing import Any
 
 import gguf
 
+from llamactl.core.errors import CheckpointError
+
 from . import arch_qwen, templates
 from .checkpoint import Checkpoint
-from .errors import CheckpointError
 from .openjev import LOWER, UPPER, _decision_plan, _qwen_trunk
 from .plan import GGUFPlan, OutType
 from .vocab import read_bpe_vocab, require_single_tokens

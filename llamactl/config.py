@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from llamactl import paths
-from llamactl.engine.errors import ConfigError
+from llamactl.core.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -7,8 +7,9 @@ import time
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from llamactl.core.errors import NotSupportedError
+
 from .capabilities import architecture, served_capabilities
-from .errors import APIError
 
 router = APIRouter()
 
@@ -76,8 +77,8 @@ def metrics(request: Request) -> PlainTextResponse:
     """Prometheus text format; only with --metrics."""
     state = server_state(request)
     if not state.settings.metrics:
-        raise APIError(
-            501, "This server does not support metrics endpoint. Start it with --metrics"
+        raise NotSupportedError(
+            "This server does not support metrics endpoint. Start it with --metrics"
         )
     eng = state.engine
     st = eng.stats

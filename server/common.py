@@ -8,8 +8,8 @@ from typing import Any
 
 from fastapi import Request
 
+from llamactl.core.errors import LlamactlError
 from llamactl.engine.conversation import ChatRequest, ChatStream, RenderedChat
-from llamactl.engine.errors import LlamactlError
 from llamactl.engine.grammar import json_grammar, json_schema_grammar
 from llamactl.engine.types import Done, SamplingParams
 

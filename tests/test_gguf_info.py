@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llamactl.engine.errors import ModelLoadError, ModelNotFoundError
+from llamactl.core.errors import ModelLoadError, ModelNotFoundError
 from llamactl.engine.gguf_info import GGUFArray, GGUFInfo, read_gguf_info
 
 gguf = pytest.importorskip("gguf")

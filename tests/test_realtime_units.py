@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from llamactl.server.realtime.conversation_config import merge, new_config
-from llamactl.server.realtime.events import ProtocolError
 from llamactl.server.realtime.speaker import SentenceSplitter, Span, Speaker, speakable
+
+from llamactl.core.errors import ProtocolError
 
 ANSWER = (
     "The capital of France is Paris, a city steeped in history and culture. It has the "

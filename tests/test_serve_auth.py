@@ -19,7 +19,7 @@ from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
 from llamactl.config import load_settings
-from llamactl.engine.errors import ConfigError
+from llamactl.core.errors import ConfigError
 
 HI = [{"role": "user", "content": "Hi"}]
 INVALID = "Invalid API Key"

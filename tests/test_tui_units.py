@@ -13,10 +13,10 @@ from llamactl.tui import events as ev
 from llamactl.tui.app import latency_from_metadata
 from llamactl.tui.audio import RATE, CountingPlayer, FileSource, Player, level_dbfs
 from llamactl.tui.client import Endpoint, session_config
-from llamactl.tui.errors import ServerUnreachableError
 from typer.testing import CliRunner
 
 from llamactl.cli.main import app as cli
+from llamactl.core.errors import ServerUnreachableError
 
 
 @pytest.mark.parametrize(
@@ -242,9 +242,10 @@ def test_sound_device_player_feeds_the_callback_and_pads_with_silence():
 
 
 def test_local_server_that_cannot_load_its_model_says_why(tmp_path):
-    from llamactl.tui.errors import LocalServerError
     from llamactl.tui.local_server import LocalServer
     from serverkit import hermetic_settings
+
+    from llamactl.core.errors import LocalServerError
 
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF but not really")

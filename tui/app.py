@@ -19,12 +19,12 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Input
 
+from llamactl.core.errors import ConnectionClosedError, TuiError
 from llamactl.engine.audio.capture import AudioDeviceError, input_devices
 
 from . import events as ev
 from .audio import AudioSource, MicSource, Player, level_dbfs, open_player
 from .client import RealtimeClient, session_config
-from .errors import ConnectionClosedError, TuiError
 from .widgets import ChatLine, DevicePicker, History, MicBar, ReasoningPane, StatusBar, TurnLatency
 
 HELP = (

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from llamactl.core.errors import LlamactlError
 from llamactl.engine.audio.capture import AudioDeviceError, Microphone, sounddevice_module
-from llamactl.engine.errors import LlamactlError
 
 RATE = 24000
 BLOCK_MS = 50

@@ -21,7 +21,8 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
-from .errors import AuthenticationError, ConnectionClosedError, ServerUnreachableError
+from llamactl.core.errors import AuthenticationError, ConnectionClosedError, ServerUnreachableError
+
 from .events import ServerEvent, parse
 
 RATE = 24000  # PCM16 mono, both directions: OpenAI's fixed rate, llamactl's default

@@ -14,7 +14,7 @@ import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.text import Text
@@ -29,16 +29,16 @@ from llamactl.cli._output import (
     print_error,
     stderr_console,
     stdout_console,
+    usage_error,
 )
 from llamactl.config import Settings, load_settings
-from llamactl.engine.errors import LlamactlError
+from llamactl.core.errors import EXIT_INTERRUPTED, LlamactlError
 from llamactl.engine.types import ContentDelta, Done, ReasoningDelta, SamplingParams
 
 if TYPE_CHECKING:
     from llamactl.cli._engine import LoadedChat
     from llamactl.engine.conversation import ChatStream
 
-EXIT_INTERRUPTED = 130  # what shells report for a command stopped by Ctrl-C
 
 HELP = """Chat with a local model: interactively, one question at a time, or from a pipe.
 
@@ -219,12 +219,6 @@ def chat_command(
         raise typer.Exit(EXIT_INTERRUPTED) from None
     if code:
         raise typer.Exit(code)
-
-
-def usage_error(message: str) -> NoReturn:
-    """Exit 2 like click's usage errors, with our one-line error format."""
-    print_error(message)
-    raise typer.Exit(2)
 
 
 # ------------------------------------------------------------------ input

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from llamactl.cli._output import human_size, stdout_console
 from llamactl.config import Settings, load_settings
-from llamactl.engine.errors import ModelNotFoundError
+from llamactl.core.errors import ModelNotFoundError
 from llamactl.models import ModelEntry, list_models, resolve_model
 
 HELP = """List the models that --model can name.

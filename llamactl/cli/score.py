@@ -12,13 +12,13 @@ import json
 import mimetypes
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from llamactl.cli._output import print_error, stderr_console, stdout_console
+from llamactl.cli._output import stderr_console, stdout_console, usage_error
 from llamactl.config import load_settings
 
 HELP = """Answer questions about a state with a decision model (no text is generated).
@@ -157,11 +157,6 @@ def score_command(
         print_answers(response)
 
 
-def usage_error(message: str) -> NoReturn:
-    print_error(message)
-    raise typer.Exit(2)
-
-
 # ------------------------------------------------------------------ input
 def build_body(
     request_file: Path | None, state: str | None, questions: list[str], images: list[Path]
@@ -255,6 +250,7 @@ def score_locally(
     settings: Any, body: dict[str, Any], *, mmproj: Path | None, parallel: int, **_: Any
 ) -> dict[str, Any]:
     """Load the model here, answer, free it."""
+    from llamactl.core.errors import InvalidRequestError
     from llamactl.engine.decision import (
         DecisionConfig,
         DecisionEngine,
@@ -262,7 +258,6 @@ def score_locally(
         find_mmproj,
         load_decision_model,
     )
-    from llamactl.engine.errors import InvalidRequestError
     from llamactl.engine.gguf_info import read_gguf_info
     from llamactl.models import resolve_model
 
@@ -294,7 +289,7 @@ def post(settings: Any, body: dict[str, Any], *, url: str, **_: Any) -> dict[str
     """POST the request to a running server's /v1/systemone."""
     import httpx
 
-    from llamactl.engine.errors import LlamactlError
+    from llamactl.core.errors import LlamactlError
 
     headers = {}
     keys = settings.resolved_api_keys()

@@ -24,7 +24,7 @@ import numpy as np
 import typer
 
 from llamactl.cli._output import color_enabled, is_tty, print_error
-from llamactl.engine.errors import LlamactlError
+from llamactl.core.errors import EXIT_INTERRUPTED, LlamactlError
 
 HELP = """Transcribe speech: an audio file, raw PCM on stdin, or the microphone (live captions).
 
@@ -51,7 +51,6 @@ _OUTPUT = "Output"
 CHUNK_S = 0.1  # stdin and file audio is fed in blocks of this length
 WIRE_RATE = 16000  # what --url sends (the server resamples anything)
 DRAIN_TIMEOUT = 60.0
-EXIT_INTERRUPTED = 130
 
 # Stand-in for sounddevice.InputStream (tests feed a file through the microphone path).
 MIC_STREAM_FACTORY: Callable[..., Any] | None = None

@@ -16,10 +16,10 @@ import numpy as np
 import typer
 
 from llamactl.cli._output import is_tty, stdout_console
-from llamactl.engine.audio.synth import UnsupportedVoiceFeature, as_int16, open_synthesizer
+from llamactl.core.errors import InvalidRequestError, PlaybackUnavailable, UnsupportedVoiceFeature
+from llamactl.engine.audio.synth import as_int16, open_synthesizer
 from llamactl.engine.audio.synth_encode import encode, pcm_bytes, wav_header
 from llamactl.engine.audio.synth_mtmd import open_mtmd_synthesizer
-from llamactl.engine.errors import InvalidRequestError, LlamactlError
 
 HELP = """Speak text: write it as audio to a file or stdout, or play it.
 
@@ -51,10 +51,6 @@ class AudioFormat(str, Enum):
     pcm = "pcm"
     flac = "flac"
     mp3 = "mp3"
-
-
-class PlaybackUnavailable(LlamactlError):
-    pass
 
 
 def register(app: typer.Typer) -> None:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from llamactl.cli._output import stderr_console
-from llamactl.engine.errors import LlamactlError
+from llamactl.core.errors import LlamactlError
 
 HELP = """Talk with a model: speak or type, read and hear the answer, skip its reasoning.
 

@@ -20,9 +20,7 @@ from typing import Literal
 
 import llama_cpp
 
-from .batch import Batch
-from .detokenize import IncrementalDetokenizer
-from .errors import (
+from llamactl.core.errors import (
     ContextLengthError,
     EngineClosedError,
     InvalidRequestError,
@@ -30,6 +28,9 @@ from .errors import (
     ModelLoadError,
     QueueFullError,
 )
+
+from .batch import Batch
+from .detokenize import IncrementalDetokenizer
 from .model import Model
 from .prompt_cache import CacheEntry, Checkpoint, PromptCache, common_prefix, load_seq, save_seq
 from .sampling import SamplerChain, check_grammar, token_logprobs

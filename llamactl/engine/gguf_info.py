@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from llamactl.engine.errors import ModelLoadError, ModelNotFoundError
+from llamactl.core.errors import ModelLoadError, ModelNotFoundError
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)

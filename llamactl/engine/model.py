@@ -14,8 +14,9 @@ from pathlib import Path
 
 import llama_cpp
 
+from llamactl.core.errors import ModelLoadError
+
 from ._backend import ensure_backend
-from .errors import ModelLoadError
 from .tokenize_chunks import CHUNK_CHARS, SpecialCuts
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
+from llamactl.core.errors import InvalidRequestError, LlamactlError, ProtocolError
 from llamactl.engine.audio import (
     Cleared,
     Committed,
@@ -38,7 +39,6 @@ from llamactl.engine.audio import (
     StreamFailed,
 )
 from llamactl.engine.audio.load import EMBEDDED_ALIASES
-from llamactl.engine.errors import InvalidRequestError, LlamactlError
 
 from ..tts.serving import openai_voice, synthesizer
 from .conversation_config import (
@@ -49,7 +49,7 @@ from .conversation_config import (
     merge,
     new_config,
 )
-from .events import ProtocolError, event, new_id
+from .events import event, new_id
 from .response import Response
 from .speaker import Speaker
 from .transcription import TranscriptionSession, _decode_audio

@@ -21,8 +21,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from llamactl.core.errors import LlamactlError
 from llamactl.engine.conversation import ChatRequest, ChatStream
-from llamactl.engine.errors import LlamactlError
 from llamactl.engine.types import ContentDelta, Done, ReasoningDelta, ToolCallDelta
 
 from ..common import sampling_params

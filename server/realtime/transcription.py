@@ -18,6 +18,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
+from llamactl.core.errors import InvalidRequestError, LlamactlError, ProtocolError
 from llamactl.engine.audio import (
     Cleared,
     Committed,
@@ -31,10 +32,9 @@ from llamactl.engine.audio import (
 )
 from llamactl.engine.audio.load import EMBEDDED_ALIASES
 from llamactl.engine.audio.stream import BufferFullError
-from llamactl.engine.errors import InvalidRequestError, LlamactlError
 
 from ..openai_audio.service import audio_service
-from .events import ProtocolError, event, new_id
+from .events import event, new_id
 from .session import RealtimeSession
 from .transcription_config import TranscriptionConfig, merge
 from .wire import OFF_LOOP_CHARS
@@ -171,6 +171,8 @@ class TranscriptionSession(RealtimeSession):
             else:
                 stream.clear()
                 self.conn.send(event("input_audio_buffer.cleared"))
+        except ProtocolError:
+            raise  # refused already, with its own code
         except BufferFullError as exc:
             raise ProtocolError(str(exc), code="input_audio_buffer_full", param="audio") from exc
         except InvalidRequestError as exc:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from llamactl.config import Settings
-from llamactl.engine.errors import ConfigError, LlamactlError
+from llamactl.core.errors import ConfigError, LlamactlError
 from llamactl.engine.gguf_info import read_gguf_info
 from llamactl.models import ModelEntry, list_models, resolve_model
 

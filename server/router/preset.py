@@ -31,7 +31,7 @@ from llamactl.config import (
     find_key_line,
     load_settings,
 )
-from llamactl.engine.errors import ConfigError
+from llamactl.core.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -18,16 +18,15 @@ from typing import Any, NoReturn
 import pydantic_core
 from fastapi import Request
 
+from llamactl.core.errors import LlamactlError, NotSupportedError
 from llamactl.engine.decision import (
     DecisionConfig,
     DecisionEngine,
-    DecisionNotSupportedError,
     DecisionResult,
     decision_type_of,
     find_mmproj,
     load_decision_model,
 )
-from llamactl.engine.errors import LlamactlError
 from llamactl.engine.gguf_info import read_gguf_info
 
 from ..errors import APIError, from_engine_error
@@ -87,7 +86,7 @@ def load_into(state: ServerState) -> None:
 
 
 def refuse(message: str) -> NoReturn:
-    raise APIError(501, message, "not_supported_error")
+    raise NotSupportedError(message)
 
 
 class RefusingChat:
@@ -149,9 +148,7 @@ async def score(engine: DecisionEngine, body: Any) -> DecisionResult:
     try:
         request = await off_loop(engine.parse, body)
         return await asyncio.wrap_future(engine.submit(request))
-    except DecisionNotSupportedError as exc:
-        refuse(str(exc))
-    except LlamactlError as exc:
+    except LlamactlError as exc:  # DecisionNotSupportedError: the spec's 501
         raise from_engine_error(exc) from exc
 
 

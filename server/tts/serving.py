@@ -15,15 +15,9 @@ import numpy as np
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from llamactl.engine.audio.synth import (
-    Synthesizer,
-    UnsupportedVoiceFeature,
-    as_int16,
-    open_synthesizer,
-)
-from llamactl.engine.audio.synth_mtmd import CannotSpeakError, open_mtmd_synthesizer
-
-from ..errors import APIError
+from llamactl.core.errors import CannotSpeakError, NotSupportedError
+from llamactl.engine.audio.synth import Synthesizer, as_int16, open_synthesizer
+from llamactl.engine.audio.synth_mtmd import open_mtmd_synthesizer
 
 _lock = threading.Lock()
 _ATTR = "llamactl_tts"
@@ -101,26 +95,19 @@ async def start(
     seed: int | None = None,
 ) -> tuple[int, AsyncIterator[np.ndarray]]:
     """(sample rate, int16 chunks). Bad voices and unsupported cloning fail here, before any
-    response is started, so they become proper 400 / 501 answers."""
+    response is started, so they become proper 400 / 501 answers (a model that cannot speak,
+    cloning without a cloning model: `NotSupportedError`s)."""
 
     def open_stream() -> tuple[int, Iterator[np.ndarray]]:
-        try:
-            synth = synthesizer(app)
-        except CannotSpeakError as exc:
-            raise APIError(501, str(exc), "not_supported_error") from None
+        synth = synthesizer(app)
         if speaker_ref and not synth.can_clone:
-            raise APIError(
-                501,
+            raise NotSupportedError(
                 f"Field 'speaker_ref': the {synth.name} voice cannot be cloned from reference "
-                "audio; voice cloning needs an mtmd TTS model",
-                "not_supported_error",
+                "audio; voice cloning needs an mtmd TTS model"
             )
-        try:
-            chunks = synth.synthesize(
-                text, voice=voice, speed=speed, speaker_ref=speaker_ref, seed=seed
-            )
-        except UnsupportedVoiceFeature as exc:
-            raise APIError(501, str(exc), "not_supported_error") from None
+        chunks = synth.synthesize(
+            text, voice=voice, speed=speed, speaker_ref=speaker_ref, seed=seed
+        )
         return synth.sample_rate, chunks
 
     rate, chunks = await run_in_threadpool(open_stream)

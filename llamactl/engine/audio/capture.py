@@ -15,17 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from llamactl.engine.errors import LlamactlError
+from llamactl.core.errors import AudioDeviceError
 
 PORTAUDIO_HINT = (
     "microphone input needs the PortAudio library, which is not installed: on Debian or "
     "Ubuntu run `sudo apt-get install libportaudio2` (scripts/install-system-deps.sh does it), "
     "on macOS `brew install portaudio`"
 )
-
-
-class AudioDeviceError(LlamactlError):
-    """No PortAudio, no such device, or the device refused to open."""
 
 
 def _import_sounddevice() -> Any:

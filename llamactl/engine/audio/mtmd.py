@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llamactl.engine.errors import ModelLoadError, ModelNotFoundError
+from llamactl.core.errors import ModelLoadError, ModelNotFoundError
 
 from .transcriber import Transcriber
 from .types import WindowText

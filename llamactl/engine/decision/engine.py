@@ -23,16 +23,17 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from llamactl.engine.batch import Batch
-from llamactl.engine.engine import DEFAULT_SLOT_CTX, EngineStats, physical_cores
-from llamactl.engine.errors import (
+from llamactl.core.errors import (
     ContextLengthError,
+    DecisionNotSupportedError,
     EngineClosedError,
     InvalidRequestError,
     LlamactlError,
     ModelLoadError,
     QueueFullError,
 )
+from llamactl.engine.batch import Batch
+from llamactl.engine.engine import DEFAULT_SLOT_CTX, EngineStats, physical_cores
 
 from .loader import DecisionModel
 from .media import MediaSet, MediaUnit
@@ -42,11 +43,6 @@ from .request import parse_request
 from .types import DecisionRequest, DecisionResult
 
 log = logging.getLogger("llamactl.decision")
-
-
-class DecisionNotSupportedError(LlamactlError):
-    """The model cannot take this input at all (images without an mmproj, or on a text-only
-    type): a 501, not a 400."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llamactl.engine.errors import ModelLoadError
+from llamactl.core.errors import ModelLoadError
 from llamactl.engine.gguf_info import GGUFInfo, read_gguf_info
 from llamactl.engine.model import Model
 

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from llamactl.engine.errors import ModelLoadError
+from llamactl.core.errors import ModelLoadError
 from llamactl.engine.gguf_info import GGUFInfo, TensorInfo
 
 F32, F16, Q8_0, BF16 = 0, 1, 8, 30

@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 
 from llamactl import paths
 from llamactl.converters.heads import TrunkPlan
-from llamactl.engine.errors import ModelLoadError
+from llamactl.core.errors import ModelLoadError
 from llamactl.engine.gguf_info import (
     _SCALAR_STRUCTS,
     ARRAY,
