@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from llamactl import paths
+from llamactl.core.cpu import physical_cores
 from llamactl.core.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -39,23 +40,6 @@ _FALSE = frozenset({"0", "false", "no", "off"})
 
 
 @functools.cache
-def physical_cores() -> int:
-    """Cores this process may use, counting hyperthread siblings once (llama.cpp runs best
-    with one thread per physical core). Falls back to the logical CPU count."""
-    try:
-        cpus = sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-    cores: set[str] = set()
-    for cpu in cpus:
-        siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
-        try:
-            cores.add(siblings.read_text().strip())
-        except OSError:
-            return max(1, len(cpus))
-    return max(1, len(cores))
-
-
 @dataclass(frozen=True)
 class Source:
     """Where a setting's value came from; `detail` is the file:line, variable or flag."""

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from llamactl.core.errors import ModelLoadError, ModelNotFoundError
-from llamactl.engine.gguf_info import GGUFArray, GGUFInfo, read_gguf_info
+from llamactl.core.gguf_info import GGUFArray, GGUFInfo, read_gguf_info
 
 gguf = pytest.importorskip("gguf")
 np = pytest.importorskip("numpy")

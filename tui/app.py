@@ -19,11 +19,11 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Input
 
-from llamactl.core.errors import ConnectionClosedError, TuiError
-from llamactl.engine.audio.capture import AudioDeviceError, input_devices
+from llamactl.core.errors import AudioDeviceError, ConnectionClosedError, TuiError
+from llamactl.devices import Player, input_devices, open_player
 
 from . import events as ev
-from .audio import AudioSource, MicSource, Player, level_dbfs, open_player
+from .audio import AudioSource, MicSource, level_dbfs
 from .client import RealtimeClient, session_config
 from .widgets import ChatLine, DevicePicker, History, MicBar, ReasoningPane, StatusBar, TurnLatency
 

@@ -251,6 +251,7 @@ def score_locally(
 ) -> dict[str, Any]:
     """Load the model here, answer, free it."""
     from llamactl.core.errors import InvalidRequestError
+    from llamactl.core.gguf_info import read_gguf_info
     from llamactl.engine.decision import (
         DecisionConfig,
         DecisionEngine,
@@ -258,7 +259,6 @@ def score_locally(
         find_mmproj,
         load_decision_model,
     )
-    from llamactl.engine.gguf_info import read_gguf_info
     from llamactl.models import resolve_model
 
     resolved = resolve_model(settings)
@@ -267,8 +267,13 @@ def score_locally(
             f"{resolved.name} is not a decision model (its GGUF has no decision.type); "
             "`llamactl score` needs one, e.g. a file written by `llamactl convert`"
         )
+    from llamactl.converters.progress import terminal_progress
+
     dm = load_decision_model(
-        resolved.path, mmproj=mmproj or find_mmproj(resolved.path), n_threads=settings.threads
+        resolved.path,
+        mmproj=mmproj or find_mmproj(resolved.path),
+        n_threads=settings.threads,
+        progress=terminal_progress,
     )
     for note in dm.notes:
         stderr_console().print(Text(note, style="dim"), soft_wrap=True)

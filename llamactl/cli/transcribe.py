@@ -166,7 +166,7 @@ def transcribe_command(
     view = CaptionView(sys.stdout, json_output=json_output)
     stop = threading.Event()
     if mic:
-        from llamactl.engine.audio.capture import Microphone
+        from llamactl.devices import Microphone
 
         microphone = Microphone(device, rate=16000, stream_factory=MIC_STREAM_FACTORY).start()
         audio: AudioSource = AudioSource(microphone.blocks(), 16000, on_stop=microphone.stop)
@@ -241,7 +241,7 @@ def _stdin_blocks(rate: int, stop: threading.Event) -> Iterator[np.ndarray]:
 
 
 def _print_devices() -> None:
-    from llamactl.engine.audio.capture import input_devices
+    from llamactl.devices import input_devices
 
     devices = input_devices()
     if not devices:

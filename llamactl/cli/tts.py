@@ -17,6 +17,7 @@ import typer
 
 from llamactl.cli._output import is_tty, stdout_console
 from llamactl.core.errors import InvalidRequestError, PlaybackUnavailable, UnsupportedVoiceFeature
+from llamactl.devices import BlockingPlayer
 from llamactl.engine.audio.synth import as_int16, open_synthesizer
 from llamactl.engine.audio.synth_encode import encode, pcm_bytes, wav_header
 from llamactl.engine.audio.synth_mtmd import open_mtmd_synthesizer
@@ -216,40 +217,12 @@ def _write(out: BinaryIO, chunks: Iterator[np.ndarray], rate: int, fmt: str) -> 
     out.write(encode(samples, rate, fmt))
 
 
-def _open_player(rate: int) -> Any:
-    """A started int16 mono output stream; a missing PortAudio becomes a one-line error."""
-    factory = OUTPUT_STREAM_FACTORY
-    if factory is None:
-        try:
-            import sounddevice
-        except (ImportError, OSError) as exc:
-            raise PlaybackUnavailable(
-                f"cannot play audio: PortAudio is not available ({exc}); install it "
-                "(e.g. apt install libportaudio2) or write a file with -o"
-            ) from None
-        factory = sounddevice.RawOutputStream
+def _open_player(rate: int) -> BlockingPlayer:
+    """The sound device, or one line saying why there is none (and what to do instead)."""
     try:
-        stream = factory(samplerate=rate, channels=1, dtype="int16")
-        stream.start()
-    except Exception as exc:  # no output device, PortAudio errors
-        raise PlaybackUnavailable(
-            f"cannot play audio: {exc}; is there an output device? Or write a file with -o"
-        ) from None
-    return _Player(stream)
-
-
-class _Player:
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    def write(self, chunk: np.ndarray) -> None:
-        self._stream.write(chunk.tobytes())
-
-    def stop(self) -> None:
-        self._stream.stop()
-
-    def close(self) -> None:
-        self._stream.close()
+        return BlockingPlayer(rate, factory=OUTPUT_STREAM_FACTORY)
+    except PlaybackUnavailable as exc:
+        raise PlaybackUnavailable(f"{exc}; or write a file with -o") from None
 
 
 def _print_voices(voices: list) -> None:

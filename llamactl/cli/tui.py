@@ -127,7 +127,7 @@ def _start_local_server(model: str | None, api_key: str | None):
 
 
 def _print_devices() -> None:
-    from llamactl.engine.audio.capture import input_devices
+    from llamactl.devices import input_devices
 
     devices = input_devices()
     if not devices:

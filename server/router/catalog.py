@@ -18,7 +18,7 @@ from typing import Any
 
 from llamactl.config import Settings
 from llamactl.core.errors import ConfigError, LlamactlError
-from llamactl.engine.gguf_info import read_gguf_info
+from llamactl.core.gguf_info import read_gguf_info
 from llamactl.models import ModelEntry, list_models, resolve_model
 
 from ..capabilities import input_modalities, output_modalities, served_capabilities

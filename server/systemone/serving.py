@@ -19,6 +19,7 @@ import pydantic_core
 from fastapi import Request
 
 from llamactl.core.errors import LlamactlError, NotSupportedError
+from llamactl.core.gguf_info import read_gguf_info
 from llamactl.engine.decision import (
     DecisionConfig,
     DecisionEngine,
@@ -27,7 +28,6 @@ from llamactl.engine.decision import (
     find_mmproj,
     load_decision_model,
 )
-from llamactl.engine.gguf_info import read_gguf_info
 
 from ..errors import APIError, from_engine_error
 from ..prepare import off_loop
@@ -52,7 +52,11 @@ def load_into(state: ServerState) -> None:
     s = state.settings
     env = os.environ.get(MMPROJ_ENV)
     mmproj = Path(env) if env else find_mmproj(state.model_path)
-    dm = load_decision_model(state.model_path, mmproj=mmproj, n_threads=s.threads)
+    from llamactl.converters.progress import terminal_progress
+
+    dm = load_decision_model(
+        state.model_path, mmproj=mmproj, n_threads=s.threads, progress=terminal_progress
+    )
     for note in dm.notes:
         log.info("%s", note)
     config = DecisionConfig(

@@ -70,7 +70,7 @@ def asr_messages(marker: str, *, language: str | None = None, prompt: str | None
 
 def check_mmproj(path: Path) -> str:
     """The projector type of an mmproj that has an audio encoder, or a clear error."""
-    from llamactl.engine.gguf_info import read_gguf_info
+    from llamactl.core.gguf_info import read_gguf_info
 
     if not path.is_file():
         raise ModelNotFoundError(f"mmproj file not found: {path}")
@@ -101,7 +101,7 @@ class MtmdTranscriber(Transcriber):
         import llama_cpp
         from llama_cpp import mtmd_cpp as mtmd
 
-        from llamactl.config import physical_cores
+        from llamactl.core.cpu import physical_cores
         from llamactl.engine.chat.template import CHATML_TEMPLATE, ChatTemplate
         from llamactl.engine.model import Model
 

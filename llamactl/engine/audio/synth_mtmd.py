@@ -78,7 +78,7 @@ def probe(model: str | Path, mmproj: str | Path | None) -> TtsInfo:
 
 
 def _check_projector(path: Path) -> None:
-    from llamactl.engine.gguf_info import read_gguf_info
+    from llamactl.core.gguf_info import read_gguf_info
 
     if not path.is_file():
         raise ModelNotFoundError(f"mmproj file not found: {path}")

@@ -66,7 +66,7 @@ class FasterWhisperTranscriber(Transcriber):
             from faster_whisper import WhisperModel
         except ImportError as exc:  # pragma: no cover - a dependency of llamactl
             raise ModelLoadError(f"faster-whisper is not installed: {exc}") from exc
-        from llamactl.config import physical_cores
+        from llamactl.core.cpu import physical_cores
 
         embedded = model_dir is None
         path = embedded_model_dir() if embedded else Path(model_dir)

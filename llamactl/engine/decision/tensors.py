@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from llamactl.core.errors import ModelLoadError
-from llamactl.engine.gguf_info import GGUFInfo, TensorInfo
+from llamactl.core.gguf_info import GGUFInfo, TensorInfo
 
 F32, F16, Q8_0, BF16 = 0, 1, 8, 30
 _Q8_BLOCK = 32
