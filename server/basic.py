@@ -7,7 +7,7 @@ import time
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from llamactl.core.errors import NotSupportedError
+from llamactl import NotSupportedError
 
 from .capabilities import architecture, served_capabilities
 

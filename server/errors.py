@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from llamactl.core.errors import LlamactlError
+from llamactl import LlamactlError
 
 from .edge.allow import allowed_methods
 

@@ -13,10 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llamactl import ChatModel, ChatStream, Engine, EngineConfig, Model
 from llamactl.config import Settings
-from llamactl.engine.conversation import ChatModel, ChatStream
-from llamactl.engine.engine import Engine, EngineConfig
-from llamactl.engine.model import Model
 from llamactl.models import resolve_model
 
 log = logging.getLogger("llamactl.server")

@@ -133,3 +133,42 @@ def test_the_faces_export_what_they_name() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert int(out.stdout) > 30
+
+
+def _type_checking_names(path: Path) -> set[str]:
+    """The names a face imports under `if TYPE_CHECKING:` (what type checkers see)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for imp in node.body:
+                if isinstance(imp, ast.ImportFrom):
+                    names.update(a.name for a in imp.names if a.name != "*")
+    return names
+
+
+def test_the_engine_face_shows_type_checkers_what_it_exports() -> None:
+    import llamactl.engine
+
+    assert _type_checking_names(ROOT / "llamactl/engine/__init__.py") == set(
+        llamactl.engine.__all__
+    )
+
+
+def test_front_ends_import_the_engine_through_its_face() -> None:
+    """server/, tui/ and the CLI name `llamactl` (or `llamactl.engine`), not engine modules."""
+    found = []
+    for folder, package in (("server", "llamactl.server"), ("tui", "llamactl.tui")):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            module = _module_name(path, folder, package)
+            found += [f"{path.name}: {n}" for n in _imports(path, module) if _internal(n)]
+    for path in sorted((ROOT / "llamactl/cli").rglob("*.py")):
+        module = _module_name(path, "llamactl/cli", "llamactl.cli")
+        found += [f"{path.name}: {n}" for n in _imports(path, module) if _internal(n)]
+    assert found == []
+
+
+def _internal(name: str) -> bool:
+    return name.startswith(("llamactl.engine.", "llamactl.core.")) and not name.startswith(
+        "llamactl.engine.__"
+    )

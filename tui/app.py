@@ -19,7 +19,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Input
 
-from llamactl.core.errors import AudioDeviceError, ConnectionClosedError, TuiError
+from llamactl import AudioDeviceError, ConnectionClosedError, TuiError
 from llamactl.devices import Player, input_devices, open_player
 
 from . import events as ev

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llamactl.core.errors import AudioDeviceError, LlamactlError
+from llamactl import AudioDeviceError, LlamactlError
 from llamactl.devices import RATE, Microphone
 
 BLOCK_MS = 50
@@ -126,8 +126,7 @@ class FileSource(AudioSource):
         self._samples: np.ndarray | None = None
 
     def open(self) -> None:
-        from llamactl.engine.audio.decode import read_audio
-        from llamactl.engine.audio.pcm import resample
+        from llamactl import read_audio, resample
 
         try:
             audio, rate = read_audio(self.path)

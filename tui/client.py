@@ -21,7 +21,7 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
-from llamactl.core.errors import AuthenticationError, ConnectionClosedError, ServerUnreachableError
+from llamactl import AuthenticationError, ConnectionClosedError, ServerUnreachableError
 
 from .events import ServerEvent, parse
 

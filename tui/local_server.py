@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from llamactl.core.errors import LocalServerError
+from llamactl import LocalServerError
 from llamactl.paths import state_dir
 
 LOG_NAME = "tui-server.log"

@@ -15,9 +15,7 @@ from llamactl.config import Settings
 from llamactl.models import ResolvedModel, resolve_model
 
 if TYPE_CHECKING:
-    from llamactl.engine.conversation import ChatModel
-    from llamactl.engine.engine import Engine
-    from llamactl.engine.model import Model
+    from llamactl import ChatModel, Engine, Model
 
 
 @dataclass
@@ -60,9 +58,7 @@ def load_chat(settings: Settings, *, n_parallel: int = 1) -> LoadedChat:
 
 
 def _load(settings: Settings, resolved: ResolvedModel, n_parallel: int) -> LoadedChat:
-    from llamactl.engine.conversation import ChatModel
-    from llamactl.engine.engine import Engine, EngineConfig
-    from llamactl.engine.model import Model
+    from llamactl import ChatModel, Engine, EngineConfig, Model
 
     model = Model(resolved.path)
     try:

@@ -18,7 +18,7 @@ from rich.segment import Segment
 from rich.spinner import Spinner
 from rich.text import Text
 
-from llamactl.core.errors import UsageError
+from llamactl import UsageError
 
 
 def no_color_requested() -> bool:

@@ -19,6 +19,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.text import Text
 
+from llamactl import (
+    EXIT_INTERRUPTED,
+    ContentDelta,
+    Done,
+    LlamactlError,
+    ReasoningDelta,
+    SamplingParams,
+)
 from llamactl.cli._output import (
     AnswerView,
     NullView,
@@ -32,12 +40,10 @@ from llamactl.cli._output import (
     usage_error,
 )
 from llamactl.config import Settings, load_settings
-from llamactl.core.errors import EXIT_INTERRUPTED, LlamactlError
-from llamactl.engine.types import ContentDelta, Done, ReasoningDelta, SamplingParams
 
 if TYPE_CHECKING:
+    from llamactl import ChatStream
     from llamactl.cli._engine import LoadedChat
-    from llamactl.engine.conversation import ChatStream
 
 
 HELP = """Chat with a local model: interactively, one question at a time, or from a pipe.
@@ -350,7 +356,7 @@ def stream_answer(
 def start_stream(
     loaded: LoadedChat, messages: list[dict[str, str]], options: TurnOptions
 ) -> ChatStream:
-    from llamactl.engine.conversation import ChatRequest
+    from llamactl import ChatRequest
 
     request = ChatRequest(
         messages=list(messages), sampling=options.sampling, max_tokens=options.max_tokens

@@ -14,9 +14,9 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from llamactl import EXIT_FAILURE, LlamactlError
 from llamactl.cli import chat, convert, models_cmd, ps, score, serve, transcribe, tts, tui
 from llamactl.cli._output import print_error
-from llamactl.core.errors import EXIT_FAILURE, LlamactlError
 
 DEBUG_ENV = "LLAMACTL_DEBUG"
 

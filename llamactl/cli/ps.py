@@ -13,8 +13,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from llamactl import ServerError
 from llamactl.cli._output import human_size, stdout_console
-from llamactl.core.errors import ServerError
 
 PS_HELP = """Show the models loaded in a running server: status, memory, busy slots.
 

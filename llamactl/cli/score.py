@@ -250,14 +250,14 @@ def score_locally(
     settings: Any, body: dict[str, Any], *, mmproj: Path | None, parallel: int, **_: Any
 ) -> dict[str, Any]:
     """Load the model here, answer, free it."""
-    from llamactl.core.errors import InvalidRequestError
-    from llamactl.core.gguf_info import read_gguf_info
-    from llamactl.engine.decision import (
+    from llamactl import (
         DecisionConfig,
         DecisionEngine,
+        InvalidRequestError,
         decision_type_of,
         find_mmproj,
         load_decision_model,
+        read_gguf_info,
     )
     from llamactl.models import resolve_model
 
@@ -294,7 +294,7 @@ def post(settings: Any, body: dict[str, Any], *, url: str, **_: Any) -> dict[str
     """POST the request to a running server's /v1/systemone."""
     import httpx
 
-    from llamactl.core.errors import LlamactlError
+    from llamactl import LlamactlError
 
     headers = {}
     keys = settings.resolved_api_keys()

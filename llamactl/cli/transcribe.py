@@ -23,8 +23,8 @@ from typing import Annotated, Any, TextIO
 import numpy as np
 import typer
 
+from llamactl import EXIT_INTERRUPTED, LlamactlError
 from llamactl.cli._output import color_enabled, is_tty, print_error
-from llamactl.core.errors import EXIT_INTERRUPTED, LlamactlError
 
 HELP = """Transcribe speech: an audio file, raw PCM on stdin, or the microphone (live captions).
 
@@ -209,7 +209,7 @@ class AudioSource:
 
 
 def _file_source(path: Path, stop: threading.Event) -> AudioSource:
-    from llamactl.engine.audio.decode import read_audio
+    from llamactl import read_audio
 
     if not path.is_file():
         raise LlamactlError(f"no such audio file: {path}")
@@ -389,7 +389,7 @@ class LocalRunner(Runner):
         self.partials = partials
 
     def run(self, audio: AudioSource, captions: Captions, stop: threading.Event) -> None:
-        from llamactl.engine.audio import (
+        from llamactl import (
             AudioService,
             Committed,
             Completed,
@@ -541,7 +541,7 @@ class RealtimeRunner(Runner):
     def _stream(
         self, ws: Any, audio: AudioSource, captions: Captions, stop: threading.Event
     ) -> None:
-        from llamactl.engine.audio.pcm import StreamResampler, to_float32
+        from llamactl import StreamResampler, to_float32
 
         sent: dict[str, Any] = {"samples": 0, "final_ms": None}
         failure: list[BaseException] = []
@@ -593,7 +593,7 @@ class RealtimeRunner(Runner):
 
     @staticmethod
     def _append(ws: Any, samples: np.ndarray, sent: dict[str, Any]) -> None:
-        from llamactl.engine.audio.pcm import to_pcm16
+        from llamactl import to_pcm16
 
         if samples.size == 0:
             return

@@ -15,12 +15,19 @@ from typing import Annotated, Any, BinaryIO
 import numpy as np
 import typer
 
+from llamactl import (
+    InvalidRequestError,
+    PlaybackUnavailable,
+    UnsupportedVoiceFeature,
+    as_int16,
+    encode,
+    open_mtmd_synthesizer,
+    open_synthesizer,
+    pcm_bytes,
+    wav_header,
+)
 from llamactl.cli._output import is_tty, stdout_console
-from llamactl.core.errors import InvalidRequestError, PlaybackUnavailable, UnsupportedVoiceFeature
 from llamactl.devices import BlockingPlayer
-from llamactl.engine.audio.synth import as_int16, open_synthesizer
-from llamactl.engine.audio.synth_encode import encode, pcm_bytes, wav_header
-from llamactl.engine.audio.synth_mtmd import open_mtmd_synthesizer
 
 HELP = """Speak text: write it as audio to a file or stdout, or play it.
 
@@ -164,7 +171,7 @@ def tts_command(
 
 def _read_reference(path: Path) -> bytes:
     """The reference recording's bytes, checked to be audio the decoder can read."""
-    from llamactl.engine.audio.decode import read_audio
+    from llamactl import read_audio
 
     if not path.is_file():
         raise InvalidRequestError(f"--speaker-ref: no such file: {path}")

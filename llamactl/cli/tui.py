@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
+from llamactl import LlamactlError
 from llamactl.cli._output import stderr_console
-from llamactl.core.errors import LlamactlError
 
 HELP = """Talk with a model: speak or type, read and hear the answer, skip its reasoning.
 

@@ -13,9 +13,7 @@ from typing import Any
 
 from fastapi import Request
 
-from llamactl.core.errors import LlamactlError
-from llamactl.engine.conversation import ChatRequest, ChatStream
-from llamactl.engine.types import Done
+from llamactl import ChatRequest, ChatStream, Done, LlamactlError
 
 from ..common import new_id, sampling_params
 from ..disconnect import cancel_on_disconnect

@@ -9,8 +9,7 @@ from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from llamactl.engine.audio import Segment
-from llamactl.engine.audio.decode import read_audio
+from llamactl import Segment, read_audio
 
 from ..common import server_state
 from ..errors import APIError, bad_request

@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from llamactl.engine.audio import AudioService
+from llamactl import AudioService
 
 _lock = threading.Lock()
 

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from llamactl.engine.types import Done, SamplingParams, Timings, TokenLogprob
+from llamactl import Done, SamplingParams, Timings, TokenLogprob
 
 from ..common import (
     INT32_MAX,

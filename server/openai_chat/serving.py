@@ -16,9 +16,10 @@ from typing import Any
 
 from fastapi import Request
 
-from llamactl.engine.conversation import ChatRequest, ChatStream
-from llamactl.engine.types import (
+from llamactl import (
     ChatEvent,
+    ChatRequest,
+    ChatStream,
     ContentDelta,
     Done,
     ReasoningDelta,

@@ -10,10 +10,7 @@ from typing import Any
 
 from fastapi import Request
 
-from llamactl.core.errors import LlamactlError
-from llamactl.engine.engine import GenerationRequest
-from llamactl.engine.stream import GenerationStream
-from llamactl.engine.types import Done, Event, TextDelta
+from llamactl import Done, Event, GenerationRequest, GenerationStream, LlamactlError, TextDelta
 
 from ..common import check_int_range, new_id, now
 from ..disconnect import cancel_on_disconnect

@@ -11,8 +11,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from llamactl.engine.conversation import ChatRequest, ChatStream
-from llamactl.engine.types import Done, SamplingParams
+from llamactl import ChatRequest, ChatStream, Done, SamplingParams
 
 from ..common import (
     INT32_MAX,

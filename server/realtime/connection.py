@@ -24,7 +24,7 @@ from fastapi import WebSocket
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from llamactl.core.errors import ProtocolError
+from llamactl import ProtocolError
 
 from .events import error_event, event
 from .session import RealtimeSession

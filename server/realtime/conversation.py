@@ -27,18 +27,20 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from llamactl.core.errors import InvalidRequestError, LlamactlError, ProtocolError
-from llamactl.engine.audio import (
+from llamactl import (
+    EMBEDDED_ALIASES,
     Cleared,
     Committed,
     Completed,
     Final,
+    InvalidRequestError,
+    LlamactlError,
+    ProtocolError,
     SpeechStarted,
     SpeechStopped,
     StreamEvent,
     StreamFailed,
 )
-from llamactl.engine.audio.load import EMBEDDED_ALIASES
 
 from ..tts.serving import openai_voice, synthesizer
 from .conversation_config import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from llamactl.core.errors import ProtocolError
+from llamactl import ProtocolError
 
 
 def new_id(prefix: str) -> str:

@@ -18,20 +18,22 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from llamactl.core.errors import InvalidRequestError, LlamactlError, ProtocolError
-from llamactl.engine.audio import (
+from llamactl import (
+    EMBEDDED_ALIASES,
+    BufferFullError,
     Cleared,
     Committed,
     Completed,
     Final,
+    InvalidRequestError,
+    LlamactlError,
+    ProtocolError,
     SpeechStarted,
     SpeechStopped,
     StreamEvent,
     StreamFailed,
     TranscriptionStream,
 )
-from llamactl.engine.audio.load import EMBEDDED_ALIASES
-from llamactl.engine.audio.stream import BufferFullError
 
 from ..openai_audio.service import audio_service
 from .events import event, new_id

@@ -11,8 +11,7 @@ import copy
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from llamactl.core.errors import ProtocolError
-from llamactl.engine.audio.vad import VadConfig
+from llamactl import ProtocolError, VadConfig
 
 DEFAULT_RATE = 24000  # OpenAI's fixed input rate; other rates are accepted as an extension
 MIN_RATE, MAX_RATE = 8000, 48000

@@ -18,15 +18,16 @@ from typing import Any, NoReturn
 import pydantic_core
 from fastapi import Request
 
-from llamactl.core.errors import LlamactlError, NotSupportedError
-from llamactl.core.gguf_info import read_gguf_info
-from llamactl.engine.decision import (
+from llamactl import (
     DecisionConfig,
     DecisionEngine,
     DecisionResult,
+    LlamactlError,
+    NotSupportedError,
     decision_type_of,
     find_mmproj,
     load_decision_model,
+    read_gguf_info,
 )
 
 from ..errors import APIError, from_engine_error

@@ -15,9 +15,14 @@ import numpy as np
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from llamactl.core.errors import CannotSpeakError, NotSupportedError
-from llamactl.engine.audio.synth import Synthesizer, as_int16, open_synthesizer
-from llamactl.engine.audio.synth_mtmd import open_mtmd_synthesizer
+from llamactl import (
+    CannotSpeakError,
+    NotSupportedError,
+    Synthesizer,
+    as_int16,
+    open_mtmd_synthesizer,
+    open_synthesizer,
+)
 
 _lock = threading.Lock()
 _ATTR = "llamactl_tts"
