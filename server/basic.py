@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from llamactl import NotSupportedError
 
 from .capabilities import architecture, served_capabilities
+from .errors import error_response
 
 router = APIRouter()
 
@@ -26,9 +27,7 @@ def health(request: Request) -> JSONResponse:
     if state.ready:
         return JSONResponse({"status": "ok"})
     message = state.load_error or "Loading model"
-    return JSONResponse(
-        {"error": {"code": 503, "message": message, "type": "unavailable_error"}}, status_code=503
-    )
+    return error_response(request.url.path, 503, message)
 
 
 @router.get("/v1/models", tags=["models"])
