@@ -113,6 +113,10 @@ def test_each_api_family_ends_a_stream_in_its_own_shape() -> None:
 def test_the_cli_exits_with_the_errors_code() -> None:
     app = typer.Typer(cls=LlamactlGroup)
 
+    @app.callback()
+    def main() -> None:
+        """A group, as `llamactl` is."""
+
     @app.command()
     def bad(usage: bool = False) -> None:
         if usage:
@@ -120,7 +124,7 @@ def test_the_cli_exits_with_the_errors_code() -> None:
         raise ModelNotFoundError("no such model")
 
     runner = CliRunner()
-    result = runner.invoke(app, ["--usage"])
+    result = runner.invoke(app, ["bad", "--usage"])
     assert result.exit_code == 2 and "Error: give a prompt" in result.output
-    result = runner.invoke(app, [])
+    result = runner.invoke(app, ["bad"])
     assert result.exit_code == 1 and "Error: no such model" in result.output
