@@ -18,10 +18,10 @@ import contextlib
 import json
 import logging
 from collections.abc import Iterable
-from typing import Any
 
 import anyio
 
+from ..disconnect import watch_disconnect
 from ..errors import APIError, error_body
 from ..middleware import Receive, Scope, Send
 from ..stream_errors import stream_error_frame
@@ -254,7 +254,7 @@ class HttpProxy:
         headers = upstream_headers(scope, child.secret)
         failure: UpstreamError | None = None
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
+            tg.start_soon(watch_disconnect, receive, tg.cancel_scope.cancel)
             try:
                 response = await pool.request(scope["method"], target, headers, body)
             except UpstreamError as e:
@@ -333,12 +333,6 @@ class HttpProxy:
             await send({"type": "http.response.body", "body": event, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return None
-
-
-async def _cancel_on_disconnect(receive: Receive, scope: Any) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    scope.cancel()
 
 
 async def _has_exited(child: ChildProcess) -> bool:
