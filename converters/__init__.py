@@ -8,10 +8,17 @@ head it refuses.
 
 from __future__ import annotations
 
+from llamactl.core.decision_heads import (
+    TrunkPlan,
+    head_tensors,
+    loads_natively,
+    trunk_metadata,
+    trunk_plan,
+)
+from llamactl.core.errors import CheckpointError, ConvertError
+
 from .api import ConvertResult, convert, mmproj_outfile, plan
-from .errors import CheckpointError, ConvertError
 from .families import FAMILIES, detect
-from .heads import TrunkPlan, head_tensors, loads_natively, trunk_metadata, trunk_plan
 from .plan import OutType
 
 __all__ = [

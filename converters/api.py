@@ -11,8 +11,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from llamactl.core.errors import ConvertError
+
 from .checkpoint import Checkpoint
-from .errors import ConvertError
 from .families import Family, detect
 from .plan import GGUFPlan, OutType
 from .writer import TensorRow, WriteResult, tensor_map, write_plan

@@ -13,8 +13,9 @@ from typing import Any
 
 import gguf
 
+from llamactl.core.errors import CheckpointError
+
 from .checkpoint import Checkpoint, merged_text_config
-from .errors import CheckpointError
 from .plan import OutTensor, OutType
 from .textmodel import gguf_name, write_base_hparams
 

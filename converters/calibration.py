@@ -12,7 +12,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointError
+from llamactl.core.decision_keys import temperature_key
+from llamactl.core.errors import CheckpointError
 
 QUESTION_TYPES = ("choice", "score", "noul")
 BUCKETS = {
@@ -79,4 +80,4 @@ def read_lev_temperatures(table: Any, file: Path) -> dict[str, float]:
 
 def write_temperatures(w: Any, arch: str, temperatures: dict[str, float]) -> None:
     for name, value in temperatures.items():
-        w.add_float32(f"{arch}.decision.temperature.{name}", value)
+        w.add_float32(temperature_key(arch, name), value)

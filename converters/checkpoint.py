@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointError
+from llamactl.core.errors import CheckpointError
+
 from .lazy import Lazy
 from .safetensors_io import SafetensorsFile, TensorEntry
 

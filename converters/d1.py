@@ -18,6 +18,9 @@ from typing import Any
 
 import gguf
 
+from llamactl.core.decision_keys import head_block_count_key
+from llamactl.core.errors import CheckpointError, ConvertError
+
 from . import arch_lfm2, mmproj
 from .checkpoint import Checkpoint
 from .decision import (
@@ -26,7 +29,6 @@ from .decision import (
     systemone_template,
     write_decision,
 )
-from .errors import CheckpointError, ConvertError
 from .plan import GGUFPlan, OutTensor, OutType
 from .textmodel import write_general
 from .vocab import read_bpe_vocab, require_single_tokens, write_vocab
@@ -155,7 +157,7 @@ def plan_d1_omni(ckpt: Checkpoint, out: OutType) -> GGUFPlan:
         w.add_causal_attention(False)
         w.add_layer_norm_eps(eps)
         write_decision(w, ARCH, D1_OMNI, temperatures)
-        w.add_uint32(f"{ARCH}.decision.block_count", n_head_layers)
+        w.add_uint32(head_block_count_key(ARCH), n_head_layers)
         w.add_quantization_version(gguf.GGML_QUANT_VERSION)
         write_vocab(
             w, vocab, templates=chat_templates(vocab, systemone, keep_named=False), add_bos=False

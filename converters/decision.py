@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gguf
 
+from llamactl.core.decision_keys import type_key
+
 from . import templates
 from .calibration import read_temperatures, write_temperatures
 from .checkpoint import Checkpoint
@@ -16,10 +18,6 @@ TEMPLATE_FILES = (
     "chat_template.systemone.jinja",
     "additional_chat_templates/systemone.jinja",
 )
-
-
-def decision_key(arch: str) -> str:
-    return f"{arch}.decision.type"
 
 
 def systemone_template(ckpt: Checkpoint, vocab: Vocab, decision_type: str) -> str:
@@ -55,5 +53,5 @@ def calibration_temperatures(ckpt: Checkpoint) -> dict[str, float]:
 def write_decision(
     w: gguf.GGUFWriter, arch: str, decision_type: str, temperatures: dict[str, float]
 ) -> None:
-    w.add_string(decision_key(arch), decision_type)
+    w.add_string(type_key(arch), decision_type)
     write_temperatures(w, arch, temperatures)

@@ -6,9 +6,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from llamactl.core.errors import CheckpointError, ConvertError
+
 from . import d1, h2o_lightning, minicpm_ocr_jev, openjev
 from .checkpoint import Checkpoint
-from .errors import CheckpointError, ConvertError
 from .plan import GGUFPlan, OutType
 
 

@@ -14,16 +14,17 @@ from typing import Any
 
 import gguf
 
+from llamactl.core.decision_keys import noul_floor_key
+from llamactl.core.errors import CheckpointError
+
 from . import arch_qwen, templates
 from .checkpoint import Checkpoint
-from .errors import CheckpointError
 from .openjev import LOWER, UPPER, _decision_plan, _qwen_trunk
 from .plan import GGUFPlan, OutType
 from .vocab import read_bpe_vocab, require_single_tokens
 
 TYPE = "h2o-lightning"
 SERVE_CONFIG = "serve_config.json"
-NOUL_FLOOR_KEY = "decision.noul_floor"
 
 
 def is_h2o_lightning(ckpt: Checkpoint) -> bool:
@@ -105,7 +106,7 @@ def plan(ckpt: Checkpoint, out: OutType) -> GGUFPlan:
 
     def extra(w: gguf.GGUFWriter, arch: str) -> None:
         if floor:
-            w.add_float32(f"{arch}.{NOUL_FLOOR_KEY}", floor)
+            w.add_float32(noul_floor_key(arch), floor)
 
     return _decision_plan(
         ckpt, trunk, tensors, vocab, TYPE, temps, card=ckpt.dir, systemone=systemone, extra=extra

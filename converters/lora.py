@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from llamactl.core.errors import CheckpointError
+
 from .checkpoint import Checkpoint
-from .errors import CheckpointError
 from .lazy import Lazy
 from .safetensors_io import SafetensorsFile
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import gguf
 
+from llamactl.core.errors import CheckpointError
+
 from . import arch_qwen, mmproj
 from .checkpoint import Checkpoint
 from .decision import calibration_temperatures, chat_templates, systemone_template, write_decision
-from .errors import CheckpointError
 from .plan import GGUFPlan, OutTensor, OutType
 from .textmodel import write_general
 from .vocab import read_bpe_vocab, write_vocab

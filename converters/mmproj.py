@@ -12,8 +12,9 @@ from typing import Any
 
 import gguf
 
+from llamactl.core.errors import CheckpointError
+
 from .checkpoint import Checkpoint
-from .errors import CheckpointError
 from .lazy import Lazy
 from .plan import GGUFPlan, OutTensor, OutType, mmproj_patch_type
 from .textmodel import gguf_name, write_general

@@ -20,11 +20,12 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from llamactl.core.errors import CheckpointError, ConvertError
+
 from . import arch_qwen, mmproj, torch_pickle
 from .calibration import check_value, read_lev_temperatures
 from .checkpoint import Checkpoint
 from .decision import calibration_temperatures, chat_templates, systemone_template, write_decision
-from .errors import CheckpointError, ConvertError
 from .lazy import constant
 from .lora import ADAPTER_CONFIG, LoraAdapter, read_adapter
 from .plan import GGUFPlan, OutTensor, OutType

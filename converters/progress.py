@@ -56,3 +56,9 @@ class TensorProgress:
     ) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+def terminal_progress(total_bytes: int, n_tensors: int) -> TensorProgress:
+    """A bar on stderr when it is a terminal: what front ends hand the engine to show the making
+    of a decision model's trunk-only copy (the engine itself draws nothing)."""
+    return TensorProgress(total_bytes, n_tensors, enabled=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import CheckpointError
+from llamactl.core.errors import CheckpointError
 
 _NUMPY_DTYPES: dict[str, np.dtype] = {
     "F64": np.dtype("<f8"),

@@ -9,8 +9,9 @@ from typing import Any
 
 import gguf
 
+from llamactl.core.errors import CheckpointError
+
 from .checkpoint import Checkpoint
-from .errors import CheckpointError
 from .plan import OutType
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import CheckpointError
+from llamactl.core.errors import CheckpointError
 
 _STORAGE_DTYPES = {
     "FloatStorage": np.dtype("<f4"),

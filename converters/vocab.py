@@ -15,8 +15,9 @@ from typing import Any
 
 import gguf
 
+from llamactl.core.errors import CheckpointError
+
 from .checkpoint import Checkpoint
-from .errors import CheckpointError
 
 
 @dataclass

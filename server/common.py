@@ -8,10 +8,16 @@ from typing import Any
 
 from fastapi import Request
 
-from llamactl.engine.conversation import ChatRequest, ChatStream, RenderedChat
-from llamactl.engine.errors import LlamactlError
-from llamactl.engine.grammar import json_grammar, json_schema_grammar
-from llamactl.engine.types import Done, SamplingParams
+from llamactl import (
+    ChatRequest,
+    ChatStream,
+    Done,
+    LlamactlError,
+    RenderedChat,
+    SamplingParams,
+    json_grammar,
+    json_schema_grammar,
+)
 from llamactl.engine_settings import sampling_defaults
 
 from .errors import APIError, bad_request, field_range_error, from_engine_error

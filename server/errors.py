@@ -3,6 +3,8 @@
 OpenAI routes answer `{"error": {"code", "message", "type"}}` (llama-server's shape, which the
 OpenAI SDKs read); Anthropic routes answer `{"type": "error", "error": {"type", "message"}}`.
 Which shape a response takes is decided by the request path, so one exception type serves all.
+Every `LlamactlError` says its own status and type (llamactl.core.errors); this module only
+reads them, once, for plain answers and for the error events of each streaming API family.
 """
 
 from __future__ import annotations
@@ -14,13 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from llamactl.engine.errors import (
-    ContextLengthError,
-    EngineClosedError,
-    InvalidRequestError,
-    LlamactlError,
-    QueueFullError,
-)
+from llamactl import LlamactlError
 
 from .edge.allow import allowed_methods
 
@@ -53,12 +49,14 @@ _ANTHROPIC_TYPES = {
 }
 
 
-class APIError(Exception):
+class APIError(LlamactlError):
+    """An answer whose status is chosen where it is raised (llama-server's wording and codes)."""
+
     def __init__(self, status: int, message: str, type_: str | None = None) -> None:
         super().__init__(message)
-        self.status = status
+        self.status = self.http_status = status
         self.message = message
-        self.type = type_ or _TYPES.get(status, "server_error")
+        self.type = self.error_type = type_ or _TYPES.get(status, "server_error")
 
 
 def bad_request(message: str) -> APIError:
@@ -91,14 +89,17 @@ def error_response(path: str, status: int, message: str, type_: str | None = Non
 
 
 def from_engine_error(exc: LlamactlError) -> APIError:
-    """Map the engine's typed errors to HTTP."""
-    if isinstance(exc, ContextLengthError):
-        return APIError(400, str(exc), "exceed_context_size_error")
-    if isinstance(exc, QueueFullError | EngineClosedError):
-        return APIError(503, str(exc))
-    if isinstance(exc, InvalidRequestError):
-        return APIError(400, str(exc))
-    return APIError(500, str(exc))
+    """The answer an error gives, read from its class: the one mapping to HTTP."""
+    if isinstance(exc, APIError):
+        return exc
+    return APIError(exc.http_status, str(exc), exc.error_type)
+
+
+def api_error_of(exc: BaseException) -> APIError:
+    """Any failure, as the API error it is reported as (unexpected ones are a 500)."""
+    if isinstance(exc, LlamactlError):
+        return from_engine_error(exc)
+    return APIError(500, f"internal error: {exc}")
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -120,10 +121,6 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 
 def install_handlers(app) -> None:
-    @app.exception_handler(APIError)
-    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return error_response(request.url.path, exc.status, exc.message, exc.type)
-
     @app.exception_handler(LlamactlError)
     async def _engine_error(request: Request, exc: LlamactlError) -> JSONResponse:
         api = from_engine_error(exc)

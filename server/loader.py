@@ -14,20 +14,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamactl.config import Settings
-from llamactl.engine.audio import AudioService
-from llamactl.engine.audio.synth import Synthesizer, open_synthesizer
-from llamactl.engine.audio.synth_mtmd import open_mtmd_synthesizer
-from llamactl.engine.conversation import ChatModel
-from llamactl.engine.decision import (
+from llamactl import (
+    AudioService,
+    ChatModel,
     DecisionEngine,
+    Engine,
+    LlamactlError,
+    Synthesizer,
     decision_type_of,
     find_mmproj,
     load_decision_model,
+    open_mtmd_synthesizer,
+    open_synthesizer,
+    read_gguf_info,
 )
-from llamactl.engine.engine import Engine
-from llamactl.engine.errors import LlamactlError
-from llamactl.engine.gguf_info import read_gguf_info
+from llamactl.config import Settings
 from llamactl.engine_settings import chat_template, decision_config, open_engine
 
 __all__ = [

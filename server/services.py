@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from .errors import APIError
+from llamactl import NotSupportedError
 
 __all__ = ["NOT_A_DECISION_MODEL", "not_generating", "not_supported", "require"]
 
@@ -19,9 +19,9 @@ T = TypeVar("T")
 NOT_A_DECISION_MODEL = "This model is not a decision model"
 
 
-def not_supported(message: str) -> APIError:
+def not_supported(message: str) -> NotSupportedError:
     """The spec's 501 for something this server's model cannot do."""
-    return APIError(501, message, "not_supported_error")
+    return NotSupportedError(message)
 
 
 def require(service: T | None, refusal: str) -> T:

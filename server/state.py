@@ -16,13 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llamactl import (
+    AudioService,
+    CannotSpeakError,
+    ChatModel,
+    ChatStream,
+    DecisionEngine,
+    Engine,
+    Synthesizer,
+)
 from llamactl.config import Settings
-from llamactl.engine.audio import AudioService
-from llamactl.engine.audio.synth import Synthesizer
-from llamactl.engine.audio.synth_mtmd import CannotSpeakError
-from llamactl.engine.conversation import ChatModel, ChatStream
-from llamactl.engine.decision import DecisionEngine
-from llamactl.engine.engine import Engine
 
 from .loader import (
     Loaded,

@@ -34,8 +34,8 @@ import pytest
 from llamactl.converters import trunk_plan
 from llamactl.converters.safetensors_io import SafetensorsFile, save_file
 
+from llamactl.core.gguf_info import read_gguf_info
 from llamactl.engine.decision.trunk import write_trunk
-from llamactl.engine.gguf_info import read_gguf_info
 
 FAMILIES = (
     "lfm2-d1",

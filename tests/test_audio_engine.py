@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from audiokit import SENTENCES, speech, utterances, wav_bytes, wer
 
+from llamactl.core.errors import InvalidRequestError, ModelLoadError, ModelNotFoundError
 from llamactl.engine.audio import AudioService
 from llamactl.engine.audio.decode import AudioDecodeError, read_audio
 from llamactl.engine.audio.load import find_mmproj, load_transcriber
 from llamactl.engine.audio.pcm import StreamResampler, resample, to_float32, to_pcm16
-from llamactl.engine.errors import InvalidRequestError, ModelLoadError, ModelNotFoundError
 
 MODEL_FIXTURES = {"service"}  # fixtures that load a model: users are slow
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llamactl.core.errors import ModelLoadError, ModelNotFoundError
 from llamactl.engine.audio.load import load_transcriber
 from llamactl.engine.audio.mtmd import MtmdTranscriber, asr_messages, check_mmproj
-from llamactl.engine.errors import ModelLoadError, ModelNotFoundError
 
 MODEL_FIXTURES = {"text_model"}  # fixtures that load a model: users are slow
 

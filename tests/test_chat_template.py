@@ -7,6 +7,7 @@ import copy
 import pytest
 from sharedkit import CHAT_TEMPLATES
 
+from llamactl.core.errors import InvalidRequestError, TemplateError
 from llamactl.engine.chat import (
     CHATML_TEMPLATE,
     ChatTemplate,
@@ -17,7 +18,6 @@ from llamactl.engine.chat import (
     thinking_markers,
     thinking_toggle,
 )
-from llamactl.engine.errors import InvalidRequestError, TemplateError
 
 TEMPLATE_DIR = CHAT_TEMPLATES
 TEMPLATES = sorted(path.stem for path in TEMPLATE_DIR.glob("*.jinja"))

@@ -25,7 +25,7 @@ from llamactl.cli import _engine
 from llamactl.cli._output import PlainView, RichView
 from llamactl.cli.chat import Conversation, TurnOptions, ask, join_prompt
 from llamactl.cli.main import app
-from llamactl.engine.errors import ContextLengthError
+from llamactl.core.errors import ContextLengthError
 from llamactl.engine.types import (
     ContentDelta,
     Done,

@@ -16,7 +16,7 @@ from llamactl.config import (
     load_settings,
     physical_cores,
 )
-from llamactl.engine.errors import ConfigError
+from llamactl.core.errors import ConfigError
 
 
 def write_config(path: Path, text: str) -> Path:

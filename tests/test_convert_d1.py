@@ -19,8 +19,8 @@ from synthetic_checkpoints import (
     write_trunk_copy,
 )
 
+from llamactl.core.errors import ModelLoadError
 from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
-from llamactl.engine.errors import ModelLoadError
 from llamactl.engine.model import Model
 from llamactl.engine.types import SamplingParams, TextDelta
 

@@ -21,7 +21,7 @@ from synthetic_checkpoints import (
 )
 from test_convert_d1 import encode_image, top_logprobs
 
-from llamactl.engine.errors import ModelLoadError
+from llamactl.core.errors import ModelLoadError
 from llamactl.engine.model import Model
 
 CHAT = "<|im_start|>user\nPick A or B<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"

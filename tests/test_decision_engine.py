@@ -25,6 +25,7 @@ from synthetic_checkpoints import (
     read_tensor,
 )
 
+from llamactl.core.errors import ContextLengthError, ModelLoadError
 from llamactl.engine.batch import Batch
 from llamactl.engine.decision import (
     DecisionConfig,
@@ -35,7 +36,6 @@ from llamactl.engine.decision import (
 )
 from llamactl.engine.decision.answer import softmax
 from llamactl.engine.decision.trunk import trunk_dir
-from llamactl.engine.errors import ContextLengthError, ModelLoadError
 from llamactl.engine.model import Model
 
 pytestmark = pytest.mark.slow  # every test here loads a model

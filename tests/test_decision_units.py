@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from llamactl.cli.score import parse_question
+from llamactl.core.errors import InvalidRequestError, ModelLoadError
 from llamactl.engine.chat.environment import compile_template
 from llamactl.engine.decision.answer import (
     DecisionEvalError,
@@ -21,7 +22,6 @@ from llamactl.engine.decision.labels import LabelMaker, d1_pool
 from llamactl.engine.decision.registry import TYPES, lookup
 from llamactl.engine.decision.render import PromptRenderer, TextPrep, escape_special, flatten
 from llamactl.engine.decision.request import parse_request
-from llamactl.engine.errors import InvalidRequestError, ModelLoadError
 
 OPENJEV, LEV, KEV, D1, OMNI = (
     TYPES[n] for n in ("openjev", "lev", "kev", "lfm2-d1", "lfm2-d1-omni")

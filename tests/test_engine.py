@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from llamactl.core.errors import ContextLengthError, InvalidRequestError, QueueFullError
 from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
-from llamactl.engine.errors import ContextLengthError, InvalidRequestError, QueueFullError
 from llamactl.engine.model import Model
 from llamactl.engine.types import Done, SamplingParams, TextDelta
 from llamactl.models import embedded_model_path

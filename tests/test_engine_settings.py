@@ -56,6 +56,7 @@ def fakes(monkeypatch):
     monkeypatch.setattr("llamactl.engine.model.Model", FakeModel)
     monkeypatch.setattr("llamactl.engine.conversation.ChatModel", FakeChat)
     monkeypatch.setattr(server_loader, "ChatModel", FakeChat)
+    monkeypatch.setattr("llamactl.ChatModel", FakeChat)  # the public face the CLI imports
     monkeypatch.setattr(server_state, "is_decision_model", lambda path: False)
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from llamactl.engine.errors import ModelLoadError, ModelNotFoundError
-from llamactl.engine.gguf_info import GGUFArray, GGUFInfo, read_gguf_info
+from llamactl.core.errors import ModelLoadError, ModelNotFoundError
+from llamactl.core.gguf_info import GGUFArray, GGUFInfo, read_gguf_info
 
 gguf = pytest.importorskip("gguf")
 np = pytest.importorskip("numpy")

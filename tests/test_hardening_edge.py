@@ -19,7 +19,7 @@ from llamactl.server.edge.origins import OriginPolicy, normalize_origin
 from llamactl.server.router import create_router_app
 from serverkit import LiveServer, hermetic_settings, run_server, serve_app
 
-from llamactl.engine.errors import ConfigError
+from llamactl.core.errors import ConfigError
 
 MODEL_FIXTURES = {"edge", "open_server"}  # fixtures that load a model: users are slow
 

@@ -10,7 +10,7 @@ import pytest
 
 from llamactl import models
 from llamactl.config import load_settings
-from llamactl.engine.errors import ModelNotFoundError
+from llamactl.core.errors import ModelNotFoundError
 from llamactl.models import ModelEntry, embedded_model_path, list_models, resolve_model
 
 gguf = pytest.importorskip("gguf")

@@ -8,7 +8,7 @@ import pytest
 from llamactl.server.realtime.conversation_config import merge, new_config
 from llamactl.server.realtime.speaker import SentenceSplitter, Span, Speaker, speakable
 
-from llamactl.realtime.errors import ProtocolError
+from llamactl.core.errors import ProtocolError
 
 ANSWER = (
     "The capital of France is Paris, a city steeped in history and culture. It has the "

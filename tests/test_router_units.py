@@ -38,7 +38,7 @@ from llamactl.server.router.selection import (
 from llamactl.server.router.upstream import ConnectFailed, Pool, UpstreamError
 from serverkit import free_port, hermetic_settings
 
-from llamactl.engine.errors import ConfigError
+from llamactl.core.errors import ConfigError
 from llamactl.models import embedded_model_path
 
 EMBEDDED = embedded_model_path()

@@ -26,7 +26,7 @@ from llamactl.server.anthropic_messages.serving import (
 from llamactl.server.errors import APIError
 from serverkit import run_server
 
-from llamactl.engine.errors import LlamactlError
+from llamactl.core.errors import LlamactlError
 from llamactl.engine.types import (
     ContentDelta,
     Done,

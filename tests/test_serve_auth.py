@@ -19,7 +19,7 @@ from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
 from llamactl.config import load_settings
-from llamactl.engine.errors import ConfigError
+from llamactl.core.errors import ConfigError
 
 MODEL_FIXTURES = {"keyed", "keyed_app"}  # fixtures that load a model: users are slow
 

@@ -696,7 +696,7 @@ def test_unit_tool_calls_stream_shape():
 
 
 def test_unit_tool_calls_non_stream_shape():
-    request = SimpleNamespace(is_disconnected=lambda: asyncio.sleep(0, False))
+    request = SimpleNamespace(receive=asyncio.Event().wait)  # a client that stays
     job = job_for(TOOL_EVENTS)
     body = asyncio.run(serving.complete(FakeState(), job, request))  # type: ignore[arg-type]
     ChatCompletion.model_validate(body)
@@ -718,7 +718,7 @@ def test_unit_tool_calls_non_stream_shape():
 
 
 def test_unit_error_mid_stream_is_one_event():
-    from llamactl.engine.errors import LlamactlError
+    from llamactl.core.errors import LlamactlError
 
     class Failing(FakeStream):
         async def __aiter__(self):

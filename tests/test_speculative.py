@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from llamactl.core.errors import InvalidRequestError
 from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
-from llamactl.engine.errors import InvalidRequestError
 from llamactl.engine.model import Model
 from llamactl.engine.speculative import NgramCache, NgramSimple, SeqState, parse_spec_types
 from llamactl.engine.types import SamplingParams, TextDelta

@@ -14,6 +14,7 @@ import llama_cpp
 import pytest
 from sharedkit import CHAT_TEMPLATES
 
+from llamactl.core.errors import InvalidRequestError
 from llamactl.engine.chat import (
     ChatTemplate,
     OutputPipeline,
@@ -28,7 +29,6 @@ from llamactl.engine.chat import (
 )
 from llamactl.engine.chat.markers import THINK, thinking_markers
 from llamactl.engine.chat.tool_formats import SYNTAXES
-from llamactl.engine.errors import InvalidRequestError
 from llamactl.engine.types import ContentDelta, ReasoningDelta, ToolCallDelta
 
 MODEL_FIXTURES = {"engine", "vocab_model"}  # fixtures that load a model: users are slow

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import llamactl.cli.transcribe as transcribe_cli
 from llamactl.cli.main import app
-from llamactl.engine.audio import capture
+from llamactl.devices import capture
 
 VOICE = "en-us+f2"
 WER_BOUND = 0.3

@@ -10,9 +10,9 @@ import av
 import numpy as np
 import pytest
 
-from llamactl.engine.audio.synth import UnsupportedVoiceFeature, open_synthesizer
+from llamactl.core.errors import InvalidRequestError, UnsupportedVoiceFeature
+from llamactl.engine.audio.synth import open_synthesizer
 from llamactl.engine.audio.synth_encode import encode
-from llamactl.engine.errors import InvalidRequestError
 
 SHORT = "Hello there."
 LONG = "The weather is nice today and we are going to the park after lunch. " * 3

@@ -20,8 +20,8 @@ import pytest
 from typer.testing import CliRunner
 
 from llamactl.cli.main import app
+from llamactl.core.errors import ModelNotFoundError
 from llamactl.engine.audio.synth_mtmd import CannotSpeakError, open_mtmd_synthesizer, probe
-from llamactl.engine.errors import ModelNotFoundError
 
 MODEL_FIXTURES = {"text_model"}  # fixtures that load a model: users are slow
 

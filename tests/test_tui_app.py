@@ -18,7 +18,7 @@ from tuikit import (
     wait_for,
 )
 
-from llamactl.engine.audio.capture import PORTAUDIO_HINT
+from llamactl.devices import PORTAUDIO_HINT
 
 SIZE = (100, 30)
 
@@ -396,7 +396,7 @@ def test_device_picker_switches_the_microphone(fake):
 def test_device_picker_without_portaudio_says_why(fake):
     from textual.widgets import Label
 
-    from llamactl.engine.audio.capture import AudioDeviceError
+    from llamactl.core.errors import AudioDeviceError
 
     def no_portaudio():
         raise AudioDeviceError(PORTAUDIO_HINT)

@@ -12,11 +12,13 @@ from pathlib import Path
 import httpx
 import pytest
 from audiokit import speech, wer
-from llamactl.tui.audio import CountingPlayer, FileSource
+from llamactl.tui.audio import FileSource
 from llamactl.tui.local_server import LocalServer, log_path
 from llamactl.tui.widgets import ChatLine
 from serverkit import THINK_TEMPLATE, hermetic_settings
 from tuikit import IdleSource, make_app, wait_for
+
+from llamactl.devices import CountingPlayer
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from tuikit import (
     wait_for,
 )
 
-from llamactl.engine.audio.capture import PORTAUDIO_HINT
+from llamactl.devices import PORTAUDIO_HINT
 
 SIZE = (100, 30)
 REASONING = ["The user ", "asks for ", "a sum. ", "Two and ", "two make ", "four."]

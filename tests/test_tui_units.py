@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 from llamactl.tui import events as ev
 from llamactl.tui.app import latency_from_metadata
-from llamactl.tui.audio import RATE, CountingPlayer, FileSource, Player, level_dbfs
+from llamactl.tui.audio import FileSource, level_dbfs
 from typer.testing import CliRunner
 
 from llamactl.cli.main import app as cli
+from llamactl.core.errors import ServerUnreachableError
+from llamactl.devices import RATE, CountingPlayer, Player
 from llamactl.realtime.client import Endpoint, session_config
-from llamactl.realtime.errors import ServerUnreachableError
 
 
 @pytest.mark.parametrize(
@@ -177,7 +178,7 @@ def test_file_source_resamples_adds_silence_and_ends(tmp_path):
 
 
 def test_file_source_errors_are_audio_device_errors(tmp_path):
-    from llamactl.engine.audio.capture import AudioDeviceError
+    from llamactl.core.errors import AudioDeviceError
 
     bad = tmp_path / "bad.wav"
     bad.write_bytes(b"not audio at all")
@@ -198,21 +199,20 @@ def test_cli_needs_a_terminal():
 
 
 def test_no_portaudio_means_text_answers(monkeypatch):
-    from llamactl.tui import audio
-
-    from llamactl.engine.audio.capture import PORTAUDIO_HINT, AudioDeviceError
+    from llamactl.core.errors import AudioDeviceError
+    from llamactl.devices import PORTAUDIO_HINT, playback
 
     def missing():
         raise AudioDeviceError(PORTAUDIO_HINT)
 
-    monkeypatch.setattr(audio, "sounddevice_module", missing)
-    player, why = audio.open_player()
+    monkeypatch.setattr(playback, "sounddevice_module", missing)
+    player, why = playback.open_player()
     assert not player.available
     assert why.startswith("sound output needs the PortAudio library")
 
 
 def test_sound_device_player_feeds_the_callback_and_pads_with_silence():
-    from llamactl.tui.audio import SoundDevicePlayer
+    from llamactl.devices import SoundDevicePlayer
 
     class Stream:
         def __init__(self, **kwargs):
@@ -243,9 +243,10 @@ def test_sound_device_player_feeds_the_callback_and_pads_with_silence():
 
 @pytest.mark.slow
 def test_local_server_that_cannot_load_its_model_says_why(tmp_path):
-    from llamactl.tui.errors import LocalServerError
     from llamactl.tui.local_server import LocalServer
     from serverkit import hermetic_settings
+
+    from llamactl.core.errors import LocalServerError
 
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF but not really")

@@ -27,14 +27,15 @@ from typing import Any
 
 import numpy as np
 import uvicorn
-from llamactl.tui.audio import AudioSource, Player
+from llamactl.tui.audio import AudioSource
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from llamactl.engine.audio.capture import AudioDeviceError
+from llamactl.core.errors import AudioDeviceError
+from llamactl.devices import Player
 from llamactl.realtime import protocol
 
 MODEL = "fake-model"

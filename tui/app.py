@@ -19,12 +19,12 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Input
 
-from llamactl.engine.audio.capture import AudioDeviceError, input_devices
+from llamactl import AudioDeviceError, ConnectionClosedError, RealtimeClientError
+from llamactl.devices import Player, input_devices, open_player
 from llamactl.realtime.client import RealtimeClient, session_config
-from llamactl.realtime.errors import ConnectionClosedError, RealtimeClientError
 
 from . import events as ev
-from .audio import AudioSource, MicSource, Player, level_dbfs, open_player
+from .audio import AudioSource, MicSource, level_dbfs
 from .widgets import ChatLine, DevicePicker, History, MicBar, ReasoningPane, StatusBar, TurnLatency
 
 HELP = (

@@ -1,9 +1,8 @@
-"""Audio in and out for the TUI, behind small interfaces so a file can stand in for the mic.
+"""Audio in for the TUI, behind a small interface so a file can stand in for the mic.
 
 An `AudioSource` delivers PCM16 mono blocks at `RATE` on its own thread until it is stopped
-or runs out (a file does); the app forwards them to the server and shows their level. A
-`Player` plays the answer's PCM16 as it streams in and can drop what is queued at once
-(barge-in), reporting how much of an item was actually heard (for `conversation.item.truncate`).
+or runs out (a file does); the app forwards them to the server and shows their level. The
+devices themselves (microphone, sound output) live in `llamactl.devices`.
 """
 
 from __future__ import annotations
@@ -14,14 +13,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from llamactl.engine.audio.capture import AudioDeviceError, Microphone, sounddevice_module
-from llamactl.engine.errors import LlamactlError
+from llamactl import AudioDeviceError, LlamactlError
+from llamactl.devices import RATE, Microphone
 
-RATE = 24000
 BLOCK_MS = 50
 
 BlockCallback = Callable[[np.ndarray], None]
@@ -129,8 +126,7 @@ class FileSource(AudioSource):
         self._samples: np.ndarray | None = None
 
     def open(self) -> None:
-        from llamactl.engine.audio.decode import read_audio
-        from llamactl.engine.audio.pcm import resample
+        from llamactl import read_audio, resample
 
         try:
             audio, rate = read_audio(self.path)
@@ -157,105 +153,3 @@ class FileSource(AudioSource):
 
 
 # ---------------------------------------------------------------------------- output
-
-
-class Player:
-    """Plays PCM16 chunks as they arrive. This base plays nothing and just counts: it is
-    what runs when no output device exists (answers are then read, not heard)."""
-
-    available = False
-    rate = RATE
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._queued = bytearray()
-        self._item: str | None = None
-        self._played = 0  # samples of self._item already played
-
-    def play(self, item_id: str | None, pcm: bytes) -> None:
-        with self._lock:
-            if item_id != self._item:
-                self._item, self._played = item_id, 0
-            self._queued += pcm
-
-    def clear(self) -> tuple[str | None, int]:
-        """Drop what is queued; returns (item id, milliseconds of it that were heard)."""
-        with self._lock:
-            self._queued.clear()
-            return self._item, self._played * 1000 // self.rate
-
-    @property
-    def busy(self) -> bool:
-        with self._lock:
-            return bool(self._queued)
-
-    def _take(self, nbytes: int) -> bytes:
-        with self._lock:
-            chunk = bytes(self._queued[:nbytes])
-            del self._queued[:nbytes]
-            self._played += len(chunk) // 2
-            return chunk
-
-    def close(self) -> None:
-        with self._lock:
-            self._queued.clear()
-
-
-class SoundDevicePlayer(Player):
-    """The default output device through a PortAudio callback stream."""
-
-    available = True
-
-    def __init__(self, device: int | None = None, factory: Callable[..., Any] | None = None):
-        super().__init__()
-        make = factory or sounddevice_module().RawOutputStream
-        try:
-            self._stream = make(
-                samplerate=self.rate,
-                channels=1,
-                dtype="int16",
-                blocksize=self.rate * 20 // 1000,
-                device=device,
-                callback=self._callback,
-            )
-            self._stream.start()
-        except AudioDeviceError:
-            raise
-        except Exception as exc:  # PortAudioError: no output device
-            raise AudioDeviceError(f"cannot play audio: {exc}") from None
-
-    def _callback(self, outdata: Any, frames: int, _time: Any, _status: Any) -> None:
-        chunk = self._take(frames * 2)
-        outdata[: len(chunk)] = chunk
-        if len(chunk) < frames * 2:
-            outdata[len(chunk) :] = b"\x00" * (frames * 2 - len(chunk))
-
-    def close(self) -> None:
-        super().close()
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            try:
-                stream.stop()
-            finally:
-                stream.close()
-
-
-class CountingPlayer(Player):
-    """A player that 'plays' instantly and keeps everything: tests and headless runs."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.received = bytearray()
-
-    def play(self, item_id: str | None, pcm: bytes) -> None:
-        super().play(item_id, pcm)
-        self.received += pcm
-        self._take(len(pcm))
-
-
-def open_player(device: int | None = None) -> tuple[Player, str | None]:
-    """The sound device player, or the silent one and the reason there is no sound."""
-    try:
-        return SoundDevicePlayer(device), None
-    except AudioDeviceError as exc:
-        return Player(), str(exc).replace("microphone input needs", "sound output needs")

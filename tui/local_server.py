@@ -18,9 +18,8 @@ from typing import Any
 
 import httpx
 
+from llamactl import LocalServerError
 from llamactl.paths import state_dir
-
-from .errors import LocalServerError
 
 LOG_NAME = "tui-server.log"
 HOST = "127.0.0.1"

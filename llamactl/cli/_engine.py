@@ -16,9 +16,7 @@ from llamactl.config import Settings
 from llamactl.models import ResolvedModel, resolve_model
 
 if TYPE_CHECKING:
-    from llamactl.engine.conversation import ChatModel
-    from llamactl.engine.engine import Engine
-    from llamactl.engine.model import Model
+    from llamactl import ChatModel, Engine, Model
 
 
 @dataclass
@@ -63,7 +61,7 @@ def load_chat(settings: Settings, *, n_parallel: int = 1) -> LoadedChat:
 
 
 def _load(settings: Settings, resolved: ResolvedModel) -> LoadedChat:
-    from llamactl.engine.conversation import ChatModel
+    from llamactl import ChatModel
     from llamactl.engine_settings import chat_template, open_engine
 
     template = chat_template(settings)

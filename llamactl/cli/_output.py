@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Protocol, TextIO
+from typing import NoReturn, Protocol, TextIO
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.live import Live
@@ -17,6 +17,8 @@ from rich.markdown import Markdown
 from rich.segment import Segment
 from rich.spinner import Spinner
 from rich.text import Text
+
+from llamactl import UsageError
 
 
 def no_color_requested() -> bool:
@@ -63,6 +65,12 @@ def print_error(message: str) -> None:
     """One red line on stderr: what went wrong, never a traceback."""
     line = Text(f"Error: {message}", style="red")
     stderr_console().print(line, soft_wrap=True, markup=False)
+
+
+def usage_error(message: str) -> NoReturn:
+    """A command line the command cannot run: the group prints it and exits 2, as click does
+    for its own usage errors."""
+    raise UsageError(message)
 
 
 def human_size(n_bytes: int) -> str:

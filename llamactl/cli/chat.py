@@ -14,11 +14,19 @@ import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.text import Text
 
+from llamactl import (
+    EXIT_INTERRUPTED,
+    ContentDelta,
+    Done,
+    LlamactlError,
+    ReasoningDelta,
+    SamplingParams,
+)
 from llamactl.cli._output import (
     AnswerView,
     NullView,
@@ -29,19 +37,17 @@ from llamactl.cli._output import (
     print_error,
     stderr_console,
     stdout_console,
+    usage_error,
 )
 from llamactl.cli._settings_options import settings_options
 from llamactl.config import Settings, load_settings
 from llamactl.config.fields import CHAT
-from llamactl.engine.errors import LlamactlError
-from llamactl.engine.types import ContentDelta, Done, ReasoningDelta, SamplingParams
 from llamactl.engine_settings import sampling_defaults
 
 if TYPE_CHECKING:
+    from llamactl import ChatStream
     from llamactl.cli._engine import LoadedChat
-    from llamactl.engine.conversation import ChatStream
 
-EXIT_INTERRUPTED = 130  # what shells report for a command stopped by Ctrl-C
 
 HELP = """Chat with a local model: interactively, one question at a time, or from a pipe.
 
@@ -134,12 +140,6 @@ def chat_command(
         raise typer.Exit(EXIT_INTERRUPTED) from None
     if code:
         raise typer.Exit(code)
-
-
-def usage_error(message: str) -> NoReturn:
-    """Exit 2 like click's usage errors, with our one-line error format."""
-    print_error(message)
-    raise typer.Exit(2)
 
 
 # ------------------------------------------------------------------ input
@@ -268,7 +268,7 @@ def stream_answer(
 def start_stream(
     loaded: LoadedChat, messages: list[dict[str, str]], options: TurnOptions
 ) -> ChatStream:
-    from llamactl.engine.conversation import ChatRequest
+    from llamactl import ChatRequest
 
     request = ChatRequest(
         messages=list(messages), sampling=options.sampling, max_tokens=options.max_tokens

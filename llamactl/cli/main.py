@@ -14,18 +14,19 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from llamactl import EXIT_FAILURE, LlamactlError
 from llamactl.cli import chat, convert, models_cmd, ps, score, serve, transcribe, tts, tui
 from llamactl.cli._output import print_error
-from llamactl.engine.errors import LlamactlError
 
 DEBUG_ENV = "LLAMACTL_DEBUG"
 
 
 class LlamactlGroup(TyperGroup):
-    """Turns errors meant for users into one red line and exit code 1.
+    """Turns errors meant for users into one red line and the error's `exit_code` (1; 2 for a
+    `UsageError`).
 
     Done at the group (not in `run`) so CliRunner tests see exactly what a user sees.
-    Usage errors keep click's handling (exit code 2).
+    click's own usage errors keep click's handling (exit code 2).
     """
 
     def invoke(self, ctx: typer.Context) -> Any:
@@ -37,7 +38,7 @@ class LlamactlGroup(TyperGroup):
             raise  # handled in run(): the reader went away, nothing to tell anyone
         except LlamactlError as e:
             print_error(str(e))
-            raise typer.Exit(1) from None
+            raise typer.Exit(e.exit_code) from None
         except Exception as e:
             if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
                 raise
@@ -45,7 +46,7 @@ class LlamactlGroup(TyperGroup):
                 f"unexpected {type(e).__name__}: {e} "
                 f"(set {DEBUG_ENV}=1 to see the traceback; please report it)"
             )
-            raise typer.Exit(1) from None
+            raise typer.Exit(EXIT_FAILURE) from None
 
 
 app = typer.Typer(
@@ -112,4 +113,4 @@ def run() -> None:
         # `llamactl chat ... | head -1`: the reader left; exit quietly like other Unix tools.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        sys.exit(1)
+        sys.exit(EXIT_FAILURE)

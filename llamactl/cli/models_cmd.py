@@ -13,9 +13,9 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from llamactl import ModelNotFoundError
 from llamactl.cli._output import human_size, stdout_console
 from llamactl.config import Settings, load_settings
-from llamactl.engine.errors import ModelNotFoundError
 from llamactl.models import ModelEntry, list_models, resolve_model
 
 HELP = """List the models that --model can name.

@@ -13,8 +13,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from llamactl import ServerError
 from llamactl.cli._output import human_size, stdout_console
-from llamactl.engine.errors import LlamactlError
 
 PS_HELP = """Show the models loaded in a running server: status, memory, busy slots.
 
@@ -47,10 +47,6 @@ KeyOption = Annotated[
     typer.Option("--api-key", help="Key for a server that requires one [your settings' first]."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-
-
-class ServerError(LlamactlError):
-    """The server could not be reached or refused the request."""
 
 
 def register(app: typer.Typer) -> None:

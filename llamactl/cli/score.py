@@ -12,13 +12,13 @@ import json
 import mimetypes
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from llamactl.cli._output import print_error, stderr_console, stdout_console
+from llamactl.cli._output import stderr_console, stdout_console, usage_error
 from llamactl.cli._settings_options import default_text
 from llamactl.config import load_settings
 
@@ -163,11 +163,6 @@ def score_command(
         print_answers(response)
 
 
-def usage_error(message: str) -> NoReturn:
-    print_error(message)
-    raise typer.Exit(2)
-
-
 # ------------------------------------------------------------------ input
 def build_body(
     request_file: Path | None, state: str | None, questions: list[str], images: list[Path]
@@ -261,14 +256,14 @@ def score_locally(
     settings: Any, body: dict[str, Any], *, mmproj: Path | None, **_: Any
 ) -> dict[str, Any]:
     """Load the model here, answer, free it."""
-    from llamactl.engine.decision import (
+    from llamactl import (
         DecisionEngine,
+        InvalidRequestError,
         decision_type_of,
         find_mmproj,
         load_decision_model,
+        read_gguf_info,
     )
-    from llamactl.engine.errors import InvalidRequestError
-    from llamactl.engine.gguf_info import read_gguf_info
     from llamactl.engine_settings import decision_config
     from llamactl.models import resolve_model
 
@@ -278,8 +273,13 @@ def score_locally(
             f"{resolved.name} is not a decision model (its GGUF has no decision.type); "
             "`llamactl score` needs one, e.g. a file written by `llamactl convert`"
         )
+    from llamactl.converters.progress import terminal_progress
+
     dm = load_decision_model(
-        resolved.path, mmproj=mmproj or find_mmproj(resolved.path), n_threads=settings.threads
+        resolved.path,
+        mmproj=mmproj or find_mmproj(resolved.path),
+        n_threads=settings.threads,
+        progress=terminal_progress,
     )
     for note in dm.notes:
         stderr_console().print(Text(note, style="dim"), soft_wrap=True)
@@ -300,7 +300,7 @@ def post(settings: Any, body: dict[str, Any], *, url: str, **_: Any) -> dict[str
     """POST the request to a running server's /v1/systemone."""
     import httpx
 
-    from llamactl.engine.errors import LlamactlError
+    from llamactl import LlamactlError
 
     headers = {}
     keys = settings.resolved_api_keys()

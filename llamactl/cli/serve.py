@@ -66,8 +66,7 @@ def serve_command(
     if models_dir is not None or settings.models_preset is not None:
         _serve_router(settings, models_dir is not None, log_level)
         return
-    from llamactl.engine.errors import InvalidRequestError
-    from llamactl.engine.speculative import parse_spec_types
+    from llamactl import InvalidRequestError, parse_spec_types
 
     try:
         parse_spec_types(settings.spec_type)

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Annotated, Any, TextIO
 import numpy as np
 import typer
 
+from llamactl import EXIT_INTERRUPTED, LlamactlError
 from llamactl.cli._output import color_enabled, is_tty, print_error
 from llamactl.cli._settings_options import setting_help
-from llamactl.engine.errors import LlamactlError
 
 if TYPE_CHECKING:  # imported when --url is used: pydantic models take a while to build
     from llamactl.realtime import protocol
@@ -55,7 +55,6 @@ _OUTPUT = "Output"
 CHUNK_S = 0.1  # stdin and file audio is fed in blocks of this length
 WIRE_RATE = 16000  # what --url sends (the server resamples anything)
 DRAIN_TIMEOUT = 60.0
-EXIT_INTERRUPTED = 130
 
 # Stand-in for sounddevice.InputStream (tests feed a file through the microphone path).
 MIC_STREAM_FACTORY: Callable[..., Any] | None = None
@@ -171,7 +170,7 @@ def transcribe_command(
     view = CaptionView(sys.stdout, json_output=json_output)
     stop = threading.Event()
     if mic:
-        from llamactl.engine.audio.capture import Microphone
+        from llamactl.devices import Microphone
 
         microphone = Microphone(device, rate=16000, stream_factory=MIC_STREAM_FACTORY).start()
         audio: AudioSource = AudioSource(microphone.blocks(), 16000, on_stop=microphone.stop)
@@ -214,7 +213,7 @@ class AudioSource:
 
 
 def _file_source(path: Path, stop: threading.Event) -> AudioSource:
-    from llamactl.engine.audio.decode import read_audio
+    from llamactl import read_audio
 
     if not path.is_file():
         raise LlamactlError(f"no such audio file: {path}")
@@ -246,7 +245,7 @@ def _stdin_blocks(rate: int, stop: threading.Event) -> Iterator[np.ndarray]:
 
 
 def _print_devices() -> None:
-    from llamactl.engine.audio.capture import input_devices
+    from llamactl.devices import input_devices
 
     devices = input_devices()
     if not devices:
@@ -394,7 +393,7 @@ class LocalRunner(Runner):
         self.partials = partials
 
     def run(self, audio: AudioSource, captions: Captions, stop: threading.Event) -> None:
-        from llamactl.engine.audio import (
+        from llamactl import (
             AudioService,
             Committed,
             Completed,
@@ -506,7 +505,7 @@ class RealtimeRunner(Runner):
     def _stream(
         self, session: BlockingClient, audio: AudioSource, captions: Captions, stop: threading.Event
     ) -> None:
-        from llamactl.engine.audio.pcm import StreamResampler, to_float32, to_pcm16
+        from llamactl import StreamResampler, to_float32, to_pcm16
         from llamactl.realtime import protocol
 
         sent: dict[str, Any] = {"samples": 0, "final_ms": None}

@@ -15,11 +15,19 @@ from typing import Annotated, Any, BinaryIO
 import numpy as np
 import typer
 
+from llamactl import (
+    InvalidRequestError,
+    PlaybackUnavailable,
+    UnsupportedVoiceFeature,
+    as_int16,
+    encode,
+    open_mtmd_synthesizer,
+    open_synthesizer,
+    pcm_bytes,
+    wav_header,
+)
 from llamactl.cli._output import is_tty, stdout_console
-from llamactl.engine.audio.synth import UnsupportedVoiceFeature, as_int16, open_synthesizer
-from llamactl.engine.audio.synth_encode import encode, pcm_bytes, wav_header
-from llamactl.engine.audio.synth_mtmd import open_mtmd_synthesizer
-from llamactl.engine.errors import InvalidRequestError, LlamactlError
+from llamactl.devices import BlockingPlayer
 
 HELP = """Speak text: write it as audio to a file or stdout, or play it.
 
@@ -51,10 +59,6 @@ class AudioFormat(str, Enum):
     pcm = "pcm"
     flac = "flac"
     mp3 = "mp3"
-
-
-class PlaybackUnavailable(LlamactlError):
-    pass
 
 
 def register(app: typer.Typer) -> None:
@@ -167,7 +171,7 @@ def tts_command(
 
 def _read_reference(path: Path) -> bytes:
     """The reference recording's bytes, checked to be audio the decoder can read."""
-    from llamactl.engine.audio.decode import read_audio
+    from llamactl import read_audio
 
     if not path.is_file():
         raise InvalidRequestError(f"--speaker-ref: no such file: {path}")
@@ -220,40 +224,12 @@ def _write(out: BinaryIO, chunks: Iterator[np.ndarray], rate: int, fmt: str) -> 
     out.write(encode(samples, rate, fmt))
 
 
-def _open_player(rate: int) -> Any:
-    """A started int16 mono output stream; a missing PortAudio becomes a one-line error."""
-    factory = OUTPUT_STREAM_FACTORY
-    if factory is None:
-        try:
-            import sounddevice
-        except (ImportError, OSError) as exc:
-            raise PlaybackUnavailable(
-                f"cannot play audio: PortAudio is not available ({exc}); install it "
-                "(e.g. apt install libportaudio2) or write a file with -o"
-            ) from None
-        factory = sounddevice.RawOutputStream
+def _open_player(rate: int) -> BlockingPlayer:
+    """The sound device, or one line saying why there is none (and what to do instead)."""
     try:
-        stream = factory(samplerate=rate, channels=1, dtype="int16")
-        stream.start()
-    except Exception as exc:  # no output device, PortAudio errors
-        raise PlaybackUnavailable(
-            f"cannot play audio: {exc}; is there an output device? Or write a file with -o"
-        ) from None
-    return _Player(stream)
-
-
-class _Player:
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    def write(self, chunk: np.ndarray) -> None:
-        self._stream.write(chunk.tobytes())
-
-    def stop(self) -> None:
-        self._stream.stop()
-
-    def close(self) -> None:
-        self._stream.close()
+        return BlockingPlayer(rate, factory=OUTPUT_STREAM_FACTORY)
+    except PlaybackUnavailable as exc:
+        raise PlaybackUnavailable(f"{exc}; or write a file with -o") from None
 
 
 def _print_voices(voices: list) -> None:

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
+from llamactl import LlamactlError
 from llamactl.cli._output import stderr_console
-from llamactl.engine.errors import LlamactlError
 
 HELP = """Talk with a model: speak or type, read and hear the answer, skip its reasoning.
 
@@ -127,7 +127,7 @@ def _start_local_server(model: str | None, api_key: str | None):
 
 
 def _print_devices() -> None:
-    from llamactl.engine.audio.capture import input_devices
+    from llamactl.devices import input_devices
 
     devices = input_devices()
     if not devices:

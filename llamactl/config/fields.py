@@ -19,7 +19,7 @@ from pydantic import Field, SkipValidation
 from pydantic.dataclasses import dataclass as settings_dataclass
 
 from llamactl import paths
-from llamactl.engine.errors import ConfigError
+from llamactl.core.errors import ConfigError
 from llamactl.engine.limits import DEFAULT_SLOT_CTX, MAX_DRAFT, physical_cores
 
 __all__ = [

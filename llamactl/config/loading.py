@@ -22,7 +22,7 @@ import annotated_types
 from pydantic import ValidationError
 
 from llamactl import paths
-from llamactl.engine.errors import ConfigError
+from llamactl.core.errors import ConfigError
 
 from .fields import SETTING_NAMES, Settings, Source
 from .values import BadValue, check_value, describe

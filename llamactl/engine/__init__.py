@@ -1,0 +1,205 @@
+"""The engine: the only package that talks to llama.cpp (text, chat, speech, decisions).
+
+Front ends import what they need from here (or from `llamactl`), never from the modules below;
+names load on first use, so importing this package costs nothing. See docs/engine.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llamactl.core.lazy import lazy_exports
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    # generation
+    "llamactl.engine.engine": ("Engine", "EngineConfig", "GenerationRequest"),
+    "llamactl.engine.stream": ("GenerationStream",),
+    "llamactl.engine.model": ("Model",),
+    "llamactl.engine.grammar": ("json_grammar", "json_schema_grammar"),
+    "llamactl.engine.speculative": ("parse_spec_types",),
+    # chat
+    "llamactl.engine.conversation": ("ChatModel", "ChatRequest", "ChatStream", "RenderedChat"),
+    # events
+    "llamactl.engine.types": (
+        "ChatEvent",
+        "ContentDelta",
+        "Done",
+        "Event",
+        "FinishReason",
+        "ReasoningDelta",
+        "SamplingParams",
+        "TextDelta",
+        "Timings",
+        "TokenLogprob",
+        "ToolCallDelta",
+        "Usage",
+    ),
+    # speech in
+    "llamactl.engine.audio": (
+        "AudioService",
+        "Cleared",
+        "Committed",
+        "Completed",
+        "Final",
+        "Partial",
+        "Segment",
+        "SpeechStarted",
+        "SpeechStopped",
+        "StreamEvent",
+        "StreamFailed",
+        "Transcriber",
+        "TranscriptionStream",
+        "VadConfig",
+    ),
+    "llamactl.engine.audio.decode": ("read_audio",),
+    "llamactl.engine.audio.load": ("EMBEDDED_ALIASES",),
+    "llamactl.engine.audio.pcm": ("StreamResampler", "resample", "to_float32", "to_pcm16"),
+    # speech out
+    "llamactl.engine.audio.synth": (
+        "Synthesizer",
+        "Voice",
+        "as_float32",
+        "as_int16",
+        "open_synthesizer",
+    ),
+    "llamactl.engine.audio.synth_mtmd": ("open_mtmd_synthesizer",),
+    "llamactl.engine.audio.synth_encode": ("MEDIA_TYPES", "encode", "pcm_bytes", "wav_header"),
+    # decisions
+    "llamactl.engine.decision": (
+        "DecisionConfig",
+        "DecisionEngine",
+        "DecisionModel",
+        "DecisionRequest",
+        "DecisionResult",
+        "decision_type_of",
+        "find_mmproj",
+        "load_decision_model",
+    ),
+}
+
+if TYPE_CHECKING:
+    from llamactl.engine.audio import (
+        AudioService,
+        Cleared,
+        Committed,
+        Completed,
+        Final,
+        Partial,
+        Segment,
+        SpeechStarted,
+        SpeechStopped,
+        StreamEvent,
+        StreamFailed,
+        Transcriber,
+        TranscriptionStream,
+        VadConfig,
+    )
+    from llamactl.engine.audio.decode import read_audio
+    from llamactl.engine.audio.load import EMBEDDED_ALIASES
+    from llamactl.engine.audio.pcm import StreamResampler, resample, to_float32, to_pcm16
+    from llamactl.engine.audio.synth import (
+        Synthesizer,
+        Voice,
+        as_float32,
+        as_int16,
+        open_synthesizer,
+    )
+    from llamactl.engine.audio.synth_encode import MEDIA_TYPES, encode, pcm_bytes, wav_header
+    from llamactl.engine.audio.synth_mtmd import open_mtmd_synthesizer
+    from llamactl.engine.conversation import ChatModel, ChatRequest, ChatStream, RenderedChat
+    from llamactl.engine.decision import (
+        DecisionConfig,
+        DecisionEngine,
+        DecisionModel,
+        DecisionRequest,
+        DecisionResult,
+        decision_type_of,
+        find_mmproj,
+        load_decision_model,
+    )
+    from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
+    from llamactl.engine.grammar import json_grammar, json_schema_grammar
+    from llamactl.engine.model import Model
+    from llamactl.engine.speculative import parse_spec_types
+    from llamactl.engine.stream import GenerationStream
+    from llamactl.engine.types import (
+        ChatEvent,
+        ContentDelta,
+        Done,
+        Event,
+        FinishReason,
+        ReasoningDelta,
+        SamplingParams,
+        TextDelta,
+        Timings,
+        TokenLogprob,
+        ToolCallDelta,
+        Usage,
+    )
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+
+__all__ = [
+    "EMBEDDED_ALIASES",
+    "MEDIA_TYPES",
+    "AudioService",
+    "ChatEvent",
+    "ChatModel",
+    "ChatRequest",
+    "ChatStream",
+    "Cleared",
+    "Committed",
+    "Completed",
+    "ContentDelta",
+    "DecisionConfig",
+    "DecisionEngine",
+    "DecisionModel",
+    "DecisionRequest",
+    "DecisionResult",
+    "Done",
+    "Engine",
+    "EngineConfig",
+    "Event",
+    "Final",
+    "FinishReason",
+    "GenerationRequest",
+    "GenerationStream",
+    "Model",
+    "Partial",
+    "ReasoningDelta",
+    "RenderedChat",
+    "SamplingParams",
+    "Segment",
+    "SpeechStarted",
+    "SpeechStopped",
+    "StreamEvent",
+    "StreamFailed",
+    "StreamResampler",
+    "Synthesizer",
+    "TextDelta",
+    "Timings",
+    "TokenLogprob",
+    "ToolCallDelta",
+    "Transcriber",
+    "TranscriptionStream",
+    "Usage",
+    "VadConfig",
+    "Voice",
+    "as_float32",
+    "as_int16",
+    "decision_type_of",
+    "encode",
+    "find_mmproj",
+    "json_grammar",
+    "json_schema_grammar",
+    "load_decision_model",
+    "open_mtmd_synthesizer",
+    "open_synthesizer",
+    "parse_spec_types",
+    "pcm_bytes",
+    "read_audio",
+    "resample",
+    "to_float32",
+    "to_pcm16",
+    "wav_header",
+]

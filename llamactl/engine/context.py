@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import llama_cpp
 
-from .errors import ModelLoadError
+from llamactl.core.errors import ModelLoadError
+
 from .limits import DEFAULT_SLOT_CTX, physical_cores
 from .model import Model
 

@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from llamactl.core.errors import ContextLengthError, InvalidRequestError
+
 from .chat import (
     CHATML_TEMPLATE,
     ChatTemplate,
@@ -26,7 +28,6 @@ from .chat import (
 )
 from .chat.spans import message_delimiters, tokenize_delimiters, user_starts
 from .engine import Engine, GenerationRequest, ReasoningSpec
-from .errors import ContextLengthError, InvalidRequestError
 from .stream import GenerationStream
 from .types import (
     ChatEvent,

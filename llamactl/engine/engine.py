@@ -17,6 +17,13 @@ from dataclasses import replace
 
 import llama_cpp
 
+from llamactl.core.errors import (
+    ContextLengthError,
+    EngineClosedError,
+    InvalidRequestError,
+    LlamactlError,
+)
+
 from .batch import Batch
 from .context import (
     ContextLayout,
@@ -27,12 +34,6 @@ from .context import (
 )
 from .detokenize import IncrementalDetokenizer
 from .drafting import DraftPolicy
-from .errors import (
-    ContextLengthError,
-    EngineClosedError,
-    InvalidRequestError,
-    LlamactlError,
-)
 from .kv_reuse import SlotMemory
 from .limits import MAX_DRAFT
 from .loop import DecodeLoop

@@ -11,7 +11,7 @@ from typing import Any
 
 from llama_cpp import llama_grammar
 
-from .errors import InvalidRequestError
+from llamactl.core.errors import InvalidRequestError
 
 
 def json_grammar() -> str:

@@ -12,7 +12,8 @@ import threading
 from collections import deque
 from typing import Generic, TypeVar
 
-from .errors import EngineClosedError, QueueFullError
+from llamactl.core.errors import EngineClosedError, QueueFullError
+
 from .requests import EngineStats
 
 __all__ = ["DecodeLoop"]

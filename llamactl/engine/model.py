@@ -14,8 +14,10 @@ from pathlib import Path
 
 import llama_cpp
 
+from llamactl.core.decision_keys import has_decision_type
+from llamactl.core.errors import ModelLoadError
+
 from ._backend import ensure_backend
-from .errors import ModelLoadError
 from .tokenize_chunks import CHUNK_CHARS, SpecialCuts
 
 
@@ -122,7 +124,7 @@ class Model:
         llama_cpp.llama_model_desc(h, desc, 256)
         template = llama_cpp.llama_model_chat_template(h, None)
         caps = ["chat"] if llama_cpp.llama_model_has_decoder(h) else []
-        if "decision.type" in metadata or f"{arch}.decision.type" in metadata:
+        if has_decision_type(metadata, arch):
             caps = ["decide"]
         if metadata.get(f"{arch}.pooling_type") not in (None, "0"):
             caps.append("embed")

@@ -13,7 +13,8 @@ import random
 import llama_cpp
 import numpy as np
 
-from .errors import InvalidRequestError
+from llamactl.core.errors import InvalidRequestError
+
 from .types import SamplingParams, TokenLogprob
 
 _TOP_P_PREFILTER = 256

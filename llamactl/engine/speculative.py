@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 import llama_cpp
 import numpy as np
 
+from llamactl.core.errors import InvalidRequestError, ModelLoadError
+
 from .batch import Batch
-from .errors import InvalidRequestError, ModelLoadError
 from .limits import MAX_DRAFT
 from .prompt_cache import common_prefix
 

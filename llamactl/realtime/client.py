@@ -26,8 +26,13 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
+from llamactl.core.errors import (
+    AuthenticationError,
+    ConnectionClosedError,
+    ServerUnreachableError,
+)
+
 from . import protocol
-from .errors import AuthenticationError, ConnectionClosedError, ServerUnreachableError
 
 __all__ = [
     "RATE",

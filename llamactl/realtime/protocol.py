@@ -955,6 +955,13 @@ def error_event(
     return ErrorEvent.build(error={**error, "event_id": event_id}).wire()
 
 
+def refusal_event(exc: ProtocolError, event_id: str | None = None) -> dict[str, Any]:
+    """The `error` event for a refused client event (`event_id`: the refused event's id)."""
+    return error_event(
+        exc.message, type_=exc.type, code=exc.code, param=exc.param, event_id=event_id
+    )
+
+
 class SessionCreated(ServerEvent):
     type: Literal["session.created"] = "session.created"
     session: Session = Field(default_factory=RealtimeSession)

@@ -13,7 +13,7 @@ import hashlib
 import json
 from typing import Any
 
-from llamactl.engine.types import ChatEvent, ContentDelta, ReasoningDelta, ToolCallDelta
+from llamactl import ChatEvent, ContentDelta, ReasoningDelta, ToolCallDelta
 
 from ..common import new_id
 

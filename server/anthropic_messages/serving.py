@@ -7,28 +7,24 @@ for this request, `cache_read_input_tokens` the ones reused from the prompt cach
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
 
-from llamactl.engine.conversation import ChatRequest, ChatStream
-from llamactl.engine.errors import LlamactlError
-from llamactl.engine.types import Done
+from llamactl import ChatRequest, ChatStream, Done, LlamactlError
 
 from ..common import new_id, sampling_params
-from ..errors import APIError, error_body, from_engine_error
+from ..disconnect import cancel_on_disconnect
+from ..errors import APIError, from_engine_error
 from ..limits import limits_of
 from ..sse import event_frame
 from ..state import ServerState
+from ..stream_errors import anthropic_error_frame
 from .blocks import BlockBuilder
 from .convert import chat_messages, chat_tools, openai_tool_choice, thinking_plan
 from .protocol import CountTokensRequest, Message, MessagesRequest, StopReason
-
-DISCONNECT_POLL = 0.5  # seconds between checks that a non-streaming client is still there
 
 
 @dataclass(frozen=True)
@@ -170,15 +166,6 @@ def _message_start(reply: Reply) -> dict[str, Any]:
     }
 
 
-def _error_event(exc: Exception) -> str:
-    api = from_engine_error(exc) if isinstance(exc, LlamactlError) else None
-    if isinstance(exc, APIError):
-        api = exc
-    if api is None:
-        api = APIError(500, f"internal error: {exc}")
-    return event_frame("error", error_body("/v1/messages", api.status, api.message, api.type))
-
-
 def _frames(events: list[dict[str, Any]]) -> list[str]:
     return [event_frame(event["type"], event) for event in events]
 
@@ -203,30 +190,19 @@ async def stream_frames(events: AsyncIterable[Any], reply: Reply) -> AsyncIterat
             for frame in _frames(builder.feed(event)):
                 yield frame
     except Exception as exc:  # the status line is gone: report in-band and stop
-        yield _error_event(exc)
+        yield anthropic_error_frame(exc)
         return
-    yield _error_event(APIError(500, "the generation ended without a result"))
+    yield anthropic_error_frame(APIError(500, "the generation ended without a result"))
 
 
 async def message_unless_disconnected(
     stream: ChatStream, reply: Reply, request: Request
 ) -> Message:
     """A non-streaming reply; the generation is cancelled if the client goes away meanwhile."""
-
-    async def watch() -> None:
-        while True:
-            await asyncio.sleep(DISCONNECT_POLL)
-            if await request.is_disconnected():
-                stream.cancel()
-                return
-
-    watcher = asyncio.ensure_future(watch())
     try:
-        return await message(stream, reply)
+        async with cancel_on_disconnect(request, stream.cancel):
+            return await message(stream, reply)
     except LlamactlError as exc:
         raise from_engine_error(exc) from exc
     finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
         stream.cancel()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from llamactl.engine.errors import ConfigError
+from llamactl import ConfigError
 
 from .asgi import ASGIApp, Receive, Scope, Send, header, refuse
 from .loopback import is_loopback_address, is_loopback_name, split_authority

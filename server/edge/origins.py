@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from llamactl.engine.errors import ConfigError
+from llamactl import ConfigError
 
 from .loopback import is_loopback_name, split_authority
 

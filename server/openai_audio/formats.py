@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llamactl.engine.audio.types import Segment
+from llamactl import Segment
 
 FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
 LANGUAGE_NAMES = {"en": "english", "fr": "french", "de": "german", "es": "spanish"}

@@ -9,12 +9,12 @@ from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from llamactl.engine.audio import Segment
-from llamactl.engine.audio.decode import read_audio
+from llamactl import Segment, read_audio
 
 from ..common import server_state
 from ..errors import APIError, bad_request
 from ..sse import data_frame, sse_response
+from ..stream_errors import openai_error_frame
 from . import formats
 from .service import audio_lifespan
 from .serving import check_transcription_model, ready_service, segments
@@ -103,7 +103,7 @@ async def _stream_frames(parts: AsyncGenerator[Segment, None]) -> AsyncIterator[
             texts.append(segment.text)
             yield data_frame({"type": "transcript.text.delta", "delta": delta})
     except Exception as exc:  # headers are gone: report in-band, as the chat routes do
-        yield data_frame({"error": {"code": 500, "message": str(exc), "type": "server_error"}})
+        yield openai_error_frame(APIError(500, str(exc)))
         return
     finally:
         await parts.aclose()  # the client left: stop reading the rest of the file

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from llamactl.engine.audio import AudioService
+from llamactl import AudioService
 
 from ..state import ServerState
 

@@ -10,9 +10,7 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from llamactl.engine.audio import AudioService, Segment
-from llamactl.engine.audio.load import EMBEDDED_ALIASES
-from llamactl.engine.errors import ModelLoadError, ModelNotFoundError
+from llamactl import EMBEDDED_ALIASES, AudioService, ModelLoadError, ModelNotFoundError, Segment
 
 from ..errors import APIError
 from .service import audio_service

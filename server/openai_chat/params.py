@@ -9,8 +9,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from llamactl.engine.errors import LlamactlError
-from llamactl.engine.types import Done, SamplingParams, Timings, TokenLogprob
+from llamactl import Done, SamplingParams, Timings, TokenLogprob
 
 from ..common import (
     INT32_MAX,
@@ -20,7 +19,7 @@ from ..common import (
     sampling_params,
     total_usage,
 )
-from ..errors import APIError, bad_request, from_engine_error
+from ..errors import bad_request
 from ..limits import limits_of
 from ..state import ServerState
 from .protocol import SamplingFields
@@ -179,12 +178,3 @@ def logprob_entry(
         return {"token": t.text, "logprob": t.logprob, "bytes": list(token_bytes(t.token))}
 
     return {**one(chosen), "top_logprobs": [one(t) for t in top]}
-
-
-def engine_error(exc: Exception) -> APIError:
-    """Any failure during a stream, as the API error it is reported as."""
-    if isinstance(exc, APIError):
-        return exc
-    if isinstance(exc, LlamactlError):
-        return from_engine_error(exc)
-    return APIError(500, f"internal error: {exc}")

@@ -8,19 +8,18 @@ that id so the control endpoint can end their reasoning.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import weakref
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
 
-from llamactl.engine.conversation import ChatRequest, ChatStream
-from llamactl.engine.types import (
+from llamactl import (
     ChatEvent,
+    ChatRequest,
+    ChatStream,
     ContentDelta,
     Done,
     ReasoningDelta,
@@ -29,9 +28,11 @@ from llamactl.engine.types import (
 )
 
 from ..common import INT32_MAX, check_int_range, new_id, now, start_chat
+from ..disconnect import cancel_on_disconnect
 from ..errors import bad_request
 from ..sse import DONE, data_frame
 from ..state import ServerState
+from ..stream_errors import openai_error_frame
 from . import params
 from .protocol import ChatCompletionRequest
 
@@ -248,23 +249,20 @@ class ChoiceResult:
 async def complete(state: ServerState, job: ChatJob, request: Request) -> dict[str, Any]:
     """Run to the end and answer one `chat.completion` (the client leaving cancels it)."""
     results = [ChoiceResult() for _ in range(job.n)]
-    watcher = asyncio.ensure_future(
-        watch_disconnect(request, lambda: job.stream.raw.finished, job.stream.cancel)
-    )
     try:
-        async for event, logprobs in events(state, job):
-            r = results[event.index]
-            r.logprobs.extend(logprobs)
-            if isinstance(event, ReasoningDelta):
-                r.reasoning += event.text
-            elif isinstance(event, ContentDelta):
-                r.content += event.text
-            elif isinstance(event, ToolCallDelta):
-                r.tool_calls.append(_tool_call(event))
-            else:
-                r.done = event
+        async with cancel_on_disconnect(request, job.stream.cancel):
+            async for event, logprobs in events(state, job):
+                r = results[event.index]
+                r.logprobs.extend(logprobs)
+                if isinstance(event, ReasoningDelta):
+                    r.reasoning += event.text
+                elif isinstance(event, ContentDelta):
+                    r.content += event.text
+                elif isinstance(event, ToolCallDelta):
+                    r.tool_calls.append(_tool_call(event))
+                else:
+                    r.done = event
     finally:
-        watcher.cancel()
         finish(state, job)
     dones = [r.done for r in results if r.done is not None]
     return {
@@ -305,18 +303,6 @@ def _tool_call(event: ToolCallDelta) -> dict[str, Any]:
     }
 
 
-async def watch_disconnect(
-    request: Request, finished: Callable[[], bool], cancel: Callable[[], None], every: float = 0.5
-) -> None:
-    """Non-streamed requests have no body iterator to cancel: poll for the client leaving."""
-    with contextlib.suppress(Exception):
-        while not finished():
-            if await request.is_disconnected():
-                cancel()
-                return
-            await asyncio.sleep(every)
-
-
 # ---------------------------------------------------------------------------- stream
 
 
@@ -355,8 +341,7 @@ async def stream_frames(state: ServerState, job: ChatJob) -> AsyncIterator[str]:
             )
         yield DONE
     except Exception as exc:  # after the first byte, errors travel in the stream
-        err = params.engine_error(exc)
-        yield data_frame({"error": {"code": err.status, "message": err.message, "type": err.type}})
+        yield openai_error_frame(exc)
     finally:
         finish(state, job)
 

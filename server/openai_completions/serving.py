@@ -10,17 +10,15 @@ from typing import Any
 
 from fastapi import Request
 
-from llamactl.engine.engine import GenerationRequest
-from llamactl.engine.errors import LlamactlError
-from llamactl.engine.stream import GenerationStream
-from llamactl.engine.types import Done, Event, TextDelta
+from llamactl import Done, Event, GenerationRequest, GenerationStream, LlamactlError, TextDelta
 
 from ..common import check_int_range, new_id, now
-from ..errors import APIError, bad_request, from_engine_error
+from ..disconnect import cancel_on_disconnect
+from ..errors import bad_request, from_engine_error
 from ..openai_chat import params
-from ..openai_chat.serving import watch_disconnect
 from ..sse import DONE, data_frame
 from ..state import ServerState
+from ..stream_errors import openai_error_frame
 from .protocol import CompletionRequest
 
 
@@ -197,23 +195,20 @@ def _groups(job: CompletionJob, dones: dict[int, Done]) -> list[list[Done]]:
 
 async def complete(job: CompletionJob, request: Request) -> dict[str, Any]:
     """Run every prompt to the end (the client leaving cancels them) and answer at once."""
-    watcher = asyncio.ensure_future(
-        watch_disconnect(request, lambda: all(s.finished for s in job.streams), job.cancel)
-    )
     total = len(job.streams) * job.n
     texts = [""] * total
     logprobs = [LegacyLogprobs() for _ in range(total)]
     dones: dict[int, Done] = {}
     try:
-        async for k, event in merged(job.streams):
-            i = k * job.n + event.index
-            if isinstance(event, Done):
-                dones[i] = event
-                continue
-            texts[i] += event.text
-            logprobs[i].add(event)
+        async with cancel_on_disconnect(request, job.cancel):
+            async for k, event in merged(job.streams):
+                i = k * job.n + event.index
+                if isinstance(event, Done):
+                    dones[i] = event
+                    continue
+                texts[i] += event.text
+                logprobs[i].add(event)
     finally:
-        watcher.cancel()
         job.cancel()
     groups = _groups(job, dones)
     choices = [
@@ -257,8 +252,7 @@ async def stream_frames(job: CompletionJob) -> AsyncIterator[str]:
             )
         yield DONE
     except Exception as exc:  # after the first byte, errors travel in the stream
-        err: APIError = params.engine_error(exc)
-        yield data_frame({"error": {"code": err.status, "message": err.message, "type": err.type}})
+        yield openai_error_frame(exc)
     finally:
         job.cancel()
 

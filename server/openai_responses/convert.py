@@ -11,8 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llamactl.engine.errors import InvalidRequestError
-from llamactl.engine.grammar import json_grammar, json_schema_grammar
+from llamactl import InvalidRequestError, json_grammar, json_schema_grammar
 
 from ..errors import bad_request
 from ..limits import RequestLimits

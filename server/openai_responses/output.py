@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from llamactl.engine.types import ChatEvent, ContentDelta, Done, ReasoningDelta, ToolCallDelta
+from llamactl import ChatEvent, ContentDelta, Done, ReasoningDelta, ToolCallDelta
 
 Event = dict[str, Any]
 

@@ -3,8 +3,6 @@ as the typed event stream; store the result so later requests can build on it.""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -13,8 +11,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from llamactl.engine.conversation import ChatRequest, ChatStream
-from llamactl.engine.types import Done, SamplingParams
+from llamactl import ChatRequest, ChatStream, Done, SamplingParams
 
 from ..common import (
     INT32_MAX,
@@ -27,11 +24,13 @@ from ..common import (
     server_state,
     start_chat,
 )
+from ..disconnect import cancel_on_disconnect
 from ..errors import APIError, bad_request
 from ..limits import limits_of
 from ..prepare import off_loop
 from ..sse import event_frame, sse_response
 from ..state import ServerState
+from ..stream_errors import responses_error, responses_error_event
 from .convert import (
     Item,
     Tools,
@@ -238,19 +237,14 @@ class ResponseRun:
 
     # ----------------------------------------------------------------------- non-stream
     async def collect(self, request: Request) -> dict[str, Any]:
-        watcher = asyncio.ensure_future(_cancel_on_disconnect(request, self.stream))
         done: Done | None = None
-        try:
+        async with cancel_on_disconnect(request, self.stream.cancel):
             async for event in self.stream:
                 if event.index != 0:
                     continue
                 self.builder.feed(event)
                 if isinstance(event, Done):
                     done = event
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
         if done is None or done.finish_reason in ("error", "cancelled"):
             reason = done.finish_reason if done else "no result"
             raise APIError(500, f"generation ended without an answer ({reason})")
@@ -285,24 +279,9 @@ class ResponseRun:
             raise RuntimeError("the generation ended without a result")
         except Exception as exc:  # after the headers, errors are events (spec §8)
             log.warning("responses: stream %s failed: %s", self.id, exc)
-            message = str(exc) or type(exc).__name__
-            error = {"code": "server_error", "message": message}
-            yield self.frame({"type": "error", **error, "param": None})
-            yield self.frame(
-                {"type": "response.failed", "response": self.response("failed", error=error)}
-            )
-
-
-async def _cancel_on_disconnect(request: Request, stream: ChatStream) -> None:
-    """A non-stream client that hangs up frees its slot too (its body was read already)."""
-    while True:
-        try:
-            message = await request.receive()
-        except Exception:  # a server that cannot say: generation just runs to its end
-            return
-        if message["type"] == "http.disconnect":
-            stream.cancel()
-            return
+            yield self.frame(responses_error_event(exc))
+            failed = self.response("failed", error=responses_error(exc))
+            yield self.frame({"type": "response.failed", "response": failed})
 
 
 # ---------------------------------------------------------------------------- entries

@@ -95,7 +95,7 @@ class Connection:
                 task.cancel()
 
     def send_error(self, exc: ProtocolError, event_id: str | None = None) -> None:
-        self.send(exc.to_event(event_id))
+        self.send(protocol.refusal_event(exc, event_id))
 
     def close_soon(self) -> None:
         """Close the socket after the events queued so far (fatal session errors)."""
@@ -138,7 +138,7 @@ class Connection:
         )
         error = ProtocolError(message, type_="server_error", code="too_many_sessions")
         with contextlib.suppress(Exception):
-            await self.ws.send_text(encode_event(error.to_event(None)))
+            await self.ws.send_text(encode_event(protocol.refusal_event(error)))
             await asyncio.wait_for(
                 self.ws.close(code=CLOSE_TRY_LATER, reason="too many realtime sessions"),
                 timeout=_CLOSE_TIMEOUT,

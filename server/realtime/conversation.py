@@ -27,20 +27,21 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from llamactl.engine.audio import (
+from llamactl import (
+    EMBEDDED_ALIASES,
     Cleared,
     Committed,
     Completed,
     Final,
+    InvalidRequestError,
+    LlamactlError,
+    ProtocolError,
     SpeechStarted,
     SpeechStopped,
     StreamEvent,
     StreamFailed,
 )
-from llamactl.engine.audio.load import EMBEDDED_ALIASES
-from llamactl.engine.errors import InvalidRequestError, LlamactlError
 from llamactl.realtime import protocol
-from llamactl.realtime.errors import ProtocolError
 
 from ..tts.serving import openai_voice, synthesizer
 from .conversation_config import (

@@ -21,9 +21,15 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from llamactl.engine.conversation import ChatRequest, ChatStream
-from llamactl.engine.errors import LlamactlError
-from llamactl.engine.types import ContentDelta, Done, ReasoningDelta, ToolCallDelta
+from llamactl import (
+    ChatRequest,
+    ChatStream,
+    ContentDelta,
+    Done,
+    LlamactlError,
+    ReasoningDelta,
+    ToolCallDelta,
+)
 
 from ..common import sampling_params
 from ..openai_chat import serving as chat_serving

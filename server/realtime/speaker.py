@@ -19,8 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from starlette.concurrency import run_in_threadpool
 
-from llamactl.engine.audio.pcm import resample
-from llamactl.engine.audio.synth import Synthesizer, as_float32
+from llamactl import Synthesizer, as_float32, resample
 
 DELTA_SECONDS = 0.2  # audio per response.output_audio.delta
 _SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*\s|\n")

@@ -16,22 +16,23 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from llamactl.engine.audio import (
+from llamactl import (
+    EMBEDDED_ALIASES,
+    BufferFullError,
     Cleared,
     Committed,
     Completed,
     Final,
+    InvalidRequestError,
+    LlamactlError,
+    ProtocolError,
     SpeechStarted,
     SpeechStopped,
     StreamEvent,
     StreamFailed,
     TranscriptionStream,
 )
-from llamactl.engine.audio.load import EMBEDDED_ALIASES
-from llamactl.engine.audio.stream import BufferFullError
-from llamactl.engine.errors import InvalidRequestError, LlamactlError
 from llamactl.realtime import protocol
-from llamactl.realtime.errors import ProtocolError
 
 from ..openai_audio.service import audio_service
 from .events import event, new_id
@@ -170,6 +171,8 @@ class TranscriptionSession(RealtimeSession):
             else:
                 stream.clear()
                 self.conn.send(event("input_audio_buffer.cleared"))
+        except ProtocolError:
+            raise  # refused already, with its own code
         except BufferFullError as exc:
             raise ProtocolError(str(exc), code="input_audio_buffer_full", param="audio") from exc
         except InvalidRequestError as exc:

@@ -12,7 +12,7 @@ import copy
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from llamactl.engine.audio.vad import VadConfig
+from llamactl import VadConfig
 from llamactl.realtime import protocol
 from llamactl.realtime.protocol import DEFAULT_RATE
 

@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llamactl import ConfigError, LlamactlError, read_gguf_info
 from llamactl.config import Settings
-from llamactl.engine.errors import ConfigError, LlamactlError
-from llamactl.engine.gguf_info import read_gguf_info
 from llamactl.models import ModelEntry, list_models, resolve_model
 
 from ..capabilities import input_modalities, output_modalities, served_capabilities

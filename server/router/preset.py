@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llamactl import ConfigError
 from llamactl.config import (
     KEY_ALIASES,
     SETTING_NAMES,
@@ -32,7 +33,6 @@ from llamactl.config import (
     find_key_line,
     load_settings,
 )
-from llamactl.engine.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -18,13 +18,13 @@ import contextlib
 import json
 import logging
 from collections.abc import Iterable
-from typing import Any
 
 import anyio
 
-from ..errors import APIError, error_body, is_anthropic_path
+from ..disconnect import watch_disconnect
+from ..errors import APIError, error_body
 from ..middleware import Receive, Scope, Send
-from ..sse import event_frame
+from ..stream_errors import stream_error_frame
 from .child import ChildProcess
 from .manager import ModelManager, ModelState
 from .selection import (
@@ -156,14 +156,8 @@ async def read_body(receive: Receive) -> bytes | None:
 
 def sse_error_event(path: str, message: str) -> bytes:
     """A final event telling a streaming client that the model went away mid-answer, in the
-    shape its API streams errors: Anthropic's `error` event, the Responses API's `error`
-    event, or chat's `data: {"error": ...}`."""
-    if is_anthropic_path(path):
-        return event_frame("error", error_body(path, 502, message, "server_error")).encode()
-    if path.startswith(("/v1/responses", "/responses")):
-        event = {"type": "error", "code": "server_error", "message": message, "param": None}
-        return event_frame("error", event).encode()
-    return f"data: {json.dumps(error_body(path, 502, message, 'server_error'))}\n\n".encode()
+    shape its API streams errors (server/stream_errors.py)."""
+    return stream_error_frame(path, APIError(502, message, "server_error")).encode()
 
 
 def request_target(scope: Scope) -> str | None:
@@ -260,7 +254,7 @@ class HttpProxy:
         headers = upstream_headers(scope, child.secret)
         failure: UpstreamError | None = None
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
+            tg.start_soon(watch_disconnect, receive, tg.cancel_scope.cancel)
             try:
                 response = await pool.request(scope["method"], target, headers, body)
             except UpstreamError as e:
@@ -339,12 +333,6 @@ class HttpProxy:
             await send({"type": "http.response.body", "body": event, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return None
-
-
-async def _cancel_on_disconnect(receive: Receive, scope: Any) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    scope.cancel()
 
 
 async def _has_exited(child: ChildProcess) -> bool:

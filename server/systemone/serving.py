@@ -13,8 +13,7 @@ from typing import Any
 import pydantic_core
 from fastapi import Request
 
-from llamactl.engine.decision import DecisionEngine, DecisionNotSupportedError, DecisionResult
-from llamactl.engine.errors import LlamactlError
+from llamactl import DecisionEngine, DecisionNotSupportedError, DecisionResult, LlamactlError
 
 from ..errors import APIError, from_engine_error
 from ..prepare import off_loop

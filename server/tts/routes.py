@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from llamactl.engine.audio.synth_encode import MEDIA_TYPES, encode, pcm_bytes
+from llamactl import MEDIA_TYPES, encode, pcm_bytes
 
 from ..common import server_state
 from ..errors import APIError, bad_request

@@ -15,8 +15,7 @@ import numpy as np
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from llamactl.engine.audio.synth import Synthesizer, UnsupportedVoiceFeature, as_int16
-from llamactl.engine.audio.synth_mtmd import CannotSpeakError
+from llamactl import CannotSpeakError, Synthesizer, UnsupportedVoiceFeature, as_int16
 
 from ..services import not_supported
 from ..state import ServerState
@@ -66,7 +65,8 @@ async def start(
     seed: int | None = None,
 ) -> tuple[int, AsyncIterator[np.ndarray]]:
     """(sample rate, int16 chunks). Bad voices and unsupported cloning fail here, before any
-    response is started, so they become proper 400 / 501 answers."""
+    response is started, so they become proper 400 / 501 answers (a model that cannot speak,
+    cloning without a cloning model: `NotSupportedError`s)."""
 
     def open_stream() -> tuple[int, Iterator[np.ndarray]]:
         try:

@@ -18,19 +18,11 @@ from typing import BinaryIO
 
 import numpy as np
 
-from llamactl.engine.errors import InvalidRequestError
+from llamactl.core.errors import AudioDecodeError, AudioTooLongError
 
 from .pcm import resample, to_float32
 
 FILE_RATES = (1000, 384000)  # Hz: below is no real recording, above no real converter
-
-
-class AudioDecodeError(InvalidRequestError):
-    """The bytes are not audio we can read."""
-
-
-class AudioTooLongError(InvalidRequestError):
-    """The audio is longer than the caller allows."""
 
 
 def check_file_rate(rate: int) -> int:

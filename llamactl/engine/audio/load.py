@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llamactl.engine.errors import ModelNotFoundError
+from llamactl.core.errors import ModelNotFoundError
 
 from .transcriber import Transcriber
 

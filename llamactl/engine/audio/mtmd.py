@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llamactl.engine.errors import ModelLoadError, ModelNotFoundError
+from llamactl.core.errors import ModelLoadError, ModelNotFoundError
 
 from .transcriber import Transcriber
 from .types import WindowText
@@ -70,7 +70,7 @@ def asr_messages(marker: str, *, language: str | None = None, prompt: str | None
 
 def check_mmproj(path: Path) -> str:
     """The projector type of an mmproj that has an audio encoder, or a clear error."""
-    from llamactl.engine.gguf_info import read_gguf_info
+    from llamactl.core.gguf_info import read_gguf_info
 
     if not path.is_file():
         raise ModelNotFoundError(f"mmproj file not found: {path}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import soxr
 
-from llamactl.engine.errors import InvalidRequestError
+from llamactl.core.errors import InvalidRequestError
 
 MIN_RATE = 8000
 MAX_RATE = 192000

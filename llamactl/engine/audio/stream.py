@@ -29,7 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llamactl.engine.errors import InvalidRequestError, LlamactlError
+from llamactl.core.errors import (
+    BufferFullError,
+    StreamClosedError,
+)
 
 from .pcm import StreamResampler, check_rate, resample, to_float32
 from .transcriber import join_text
@@ -51,14 +54,6 @@ from .worker import AudioWorker, Job
 
 MAX_VAD_WINDOWS = 64  # 2 s of audio per VAD job, so one stream never hogs the worker
 MIN_READ_S = 0.3
-
-
-class StreamClosedError(LlamactlError):
-    pass
-
-
-class BufferFullError(InvalidRequestError):
-    """More audio is waiting to be read than the stream may hold (`max_buffered_seconds`)."""
 
 
 @dataclass(eq=False)

@@ -14,15 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llamactl.engine.errors import InvalidRequestError, LlamactlError
-
-
-class SynthesisError(LlamactlError):
-    """The backend failed while speaking."""
-
-
-class UnsupportedVoiceFeature(LlamactlError):
-    """The backend cannot do what was asked (e.g. clone a voice); HTTP maps it to 501."""
+from llamactl.core.errors import (
+    InvalidRequestError,
+)
 
 
 @dataclass(frozen=True)

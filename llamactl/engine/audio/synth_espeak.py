@@ -17,12 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from llamactl.engine.errors import InvalidRequestError
+from llamactl.core.errors import InvalidRequestError, SynthesisError, UnsupportedVoiceFeature
 
 from .synth import (
-    SynthesisError,
     Synthesizer,
-    UnsupportedVoiceFeature,
     Voice,
     check_speed,
     check_text,

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamactl.engine.errors import InvalidRequestError
+from llamactl.core.errors import InvalidRequestError
 
 __all__ = ["MAX_VOICE_CHARS", "ListedVoice", "VoiceNames", "variant_files"]
 

@@ -19,15 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamactl.engine.errors import LlamactlError, ModelLoadError, ModelNotFoundError
+from llamactl.core.errors import CannotSpeakError, ModelLoadError, ModelNotFoundError
 
 from .synth import Synthesizer
 
 GENERATORS = {1: "qwen3-tts", 2: "pocket-tts"}  # enum mtmd_gen_audio_type (0: none)
-
-
-class CannotSpeakError(LlamactlError):
-    """The model has no speech generator this llamactl can drive (HTTP 501)."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +78,7 @@ def probe(model: str | Path, mmproj: str | Path | None) -> TtsInfo:
 
 
 def _check_projector(path: Path) -> None:
-    from llamactl.engine.gguf_info import read_gguf_info
+    from llamactl.core.gguf_info import read_gguf_info
 
     if not path.is_file():
         raise ModelNotFoundError(f"mmproj file not found: {path}")

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from llamactl.engine.errors import InvalidRequestError
+from llamactl.core.errors import InvalidRequestError
 
 from .pcm import resample, to_float32
 from .types import Segment, WindowText

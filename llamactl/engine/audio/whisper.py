@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llamactl.engine.errors import ModelLoadError, ModelNotFoundError
+from llamactl.core.errors import ModelLoadError, ModelNotFoundError
 
 from .pcm import resample, to_float32
 from .transcriber import Transcriber

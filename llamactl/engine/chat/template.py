@@ -12,6 +12,7 @@ from typing import Any
 
 import jinja2
 
+from llamactl.core.errors import InvalidRequestError, TemplateError
 from llamactl.engine.chat.environment import TemplateRaisedError, compile_template
 from llamactl.engine.chat.markers import (
     ThinkingMarkers,
@@ -27,7 +28,6 @@ from llamactl.engine.chat.messages import (
     misrendered,
     part_texts,
 )
-from llamactl.engine.errors import InvalidRequestError, TemplateError
 
 # For models whose GGUF carries no template: ChatML is what most fine-tunes default to.
 CHATML_TEMPLATE = (

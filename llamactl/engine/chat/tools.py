@@ -15,13 +15,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llamactl.core.errors import InvalidRequestError
 from llamactl.engine.chat.markers import ThinkingMarkers
 from llamactl.engine.chat.reasoning import ChatDelta
 from llamactl.engine.chat.tool_formats import SYNTAXES, ToolCallFormat, ToolSpec, tool_call_format
 from llamactl.engine.chat.tool_formats.base import ParsedCall
 from llamactl.engine.chat.tool_formats.cursor import WS, Cursor, Memo, NeedMore, NotACall
 from llamactl.engine.chat.tool_formats.gbnf import GrammarBuilder, literal
-from llamactl.engine.errors import InvalidRequestError
 from llamactl.engine.types import ContentDelta, ToolCallDelta
 
 __all__ = [

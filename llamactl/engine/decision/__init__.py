@@ -7,7 +7,9 @@ across slots with a shared prompt prefix decoded once. See docs/decisions.md.
 
 from __future__ import annotations
 
-from .engine import DecisionConfig, DecisionEngine, DecisionNotSupportedError
+from llamactl.core.errors import DecisionNotSupportedError
+
+from .engine import DecisionConfig, DecisionEngine
 from .loader import DecisionModel, decision_type_of, find_mmproj, load_decision_model
 from .registry import TYPES, DecisionType
 from .types import Answer, DecisionRequest, DecisionResult, Question

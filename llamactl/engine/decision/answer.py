@@ -11,17 +11,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from llamactl.engine.errors import LlamactlError
+from llamactl.core.errors import DecisionEvalError
 
 from .registry import DecisionType
 from .types import Answer, Question, QuestionType
-
-
-class DecisionEvalError(LlamactlError):
-    """The scores came out as NaN: the request fails as a whole (no partial answers)."""
-
-    def __init__(self) -> None:
-        super().__init__("the model could not evaluate the decision")
 
 
 def softmax(scores: Sequence[float] | np.ndarray, temperature: float = 1.0) -> np.ndarray:

@@ -22,14 +22,15 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from llamactl.engine.batch import Batch
-from llamactl.engine.context import ContextLayout, default_slot_ctx, open_context, physical_cores
-from llamactl.engine.errors import (
+from llamactl.core.errors import (
     ContextLengthError,
+    DecisionNotSupportedError,
     EngineClosedError,
     InvalidRequestError,
     LlamactlError,
 )
+from llamactl.engine.batch import Batch
+from llamactl.engine.context import ContextLayout, default_slot_ctx, open_context, physical_cores
 from llamactl.engine.loop import DecodeLoop
 from llamactl.engine.requests import EngineStats
 
@@ -41,11 +42,6 @@ from .request import parse_request
 from .types import DecisionRequest, DecisionResult
 
 log = logging.getLogger("llamactl.decision")
-
-
-class DecisionNotSupportedError(LlamactlError):
-    """The model cannot take this input at all (images without an mmproj, or on a text-only
-    type): a 501, not a 400."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llamactl.engine.errors import ModelLoadError
+from llamactl.core.errors import ModelLoadError
 
 
 def erf(x: np.ndarray) -> np.ndarray:

@@ -7,8 +7,16 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llamactl.engine.errors import ModelLoadError
-from llamactl.engine.gguf_info import GGUFInfo, read_gguf_info
+from llamactl.core.decision_heads import trunk_plan
+from llamactl.core.decision_keys import (
+    BARE_TYPE_KEY,
+    TEMPERATURE_INFIX,
+    head_block_count_key,
+    noul_floor_key,
+    type_key,
+)
+from llamactl.core.errors import ModelLoadError
+from llamactl.core.gguf_info import GGUFInfo, read_gguf_info
 from llamactl.engine.model import Model
 
 from .heads import ClassifierHead, OmniHead, PointerHead
@@ -18,17 +26,16 @@ from .prompt import OMNI_MAX_TOKENS, TaskBuilder, Vocab
 from .registry import DecisionType, lookup
 from .render import PromptRenderer
 from .tensors import read_tensors
-from .trunk import TrunkCopy, ensure_trunk
+from .trunk import ProgressFactory, TrunkCopy, ensure_trunk
 
 log = logging.getLogger("llamactl.decision")
 
 Head = ClassifierHead | PointerHead | OmniHead
-TEMPERATURE = ".decision.temperature."
 
 
 def decision_type_of(info: GGUFInfo) -> str | None:
     """`{arch}.decision.type` (or the bare `decision.type` of early files), if any."""
-    value = info.get(f"{info.architecture}.decision.type", info.get("decision.type"))
+    value = info.get(type_key(info.architecture), info.get(BARE_TYPE_KEY))
     return value if isinstance(value, str) else None
 
 
@@ -67,9 +74,14 @@ class DecisionModel:
 
 
 def load_decision_model(
-    path: str | Path, *, mmproj: Path | None = None, n_threads: int = 2, progress: bool = True
+    path: str | Path,
+    *,
+    mmproj: Path | None = None,
+    n_threads: int = 2,
+    progress: ProgressFactory | None = None,
 ) -> DecisionModel:
-    """Load `path` as a decision model; `mmproj` pairs a vision projector with it."""
+    """Load `path` as a decision model; `mmproj` pairs a vision projector with it, `progress`
+    shows the making of a trunk-only copy (front ends pass a terminal bar)."""
     path = Path(path)
     info = read_gguf_info(path)
     name = decision_type_of(info)
@@ -102,7 +114,7 @@ def load_decision_model(
 
 
 def read_temperatures(info: GGUFInfo) -> dict[str, float]:
-    prefix = f"{info.architecture}{TEMPERATURE}"
+    prefix = f"{info.architecture}{TEMPERATURE_INFIX}"
     out: dict[str, float] = {}
     for key, value in info.metadata.items():
         if not key.startswith(prefix):
@@ -115,7 +127,7 @@ def read_temperatures(info: GGUFInfo) -> dict[str, float]:
 
 def read_noul_floor(info: GGUFInfo) -> float:
     """`{arch}.decision.noul_floor`: absent or 0 is off, else in (0.5, 1)."""
-    key = f"{info.architecture}.decision.noul_floor"
+    key = noul_floor_key(info.architecture)
     value = info.get(key)
     if value is None:
         return 0.0
@@ -126,9 +138,7 @@ def read_noul_floor(info: GGUFInfo) -> float:
     return float(value)
 
 
-def _trunk_for(info: GGUFInfo, dtype: DecisionType, progress: bool) -> TrunkCopy:
-    from llamactl.converters import trunk_plan
-
+def _trunk_for(info: GGUFInfo, dtype: DecisionType, progress: ProgressFactory | None) -> TrunkCopy:
     plan = trunk_plan(dtype.name, [t.name for t in info.tensors], info.metadata)
     if not plan.head:
         raise ModelLoadError(f"{info.path.name} ({dtype.name}) holds no head tensors")
@@ -202,7 +212,7 @@ def _head(
         return ClassifierHead(weight, t.get("cls.output.bias")), labels
     if dtype.readout == "pointer":
         return PointerHead(t["cls.output.weight"], t["cls.output.bias"]), ()
-    n_blocks = int(info.get(f"{arch}.decision.block_count", 0))
+    n_blocks = int(info.get(head_block_count_key(arch), 0))
     n_trunk = int(info.get(f"{arch}.block_count", 0)) - n_blocks
     heads = info.get(f"{arch}.attention.head_count")
     n_head = int(heads[n_trunk] if isinstance(heads, list) else heads)

@@ -18,8 +18,8 @@ import llama_cpp
 import numpy as np
 from llama_cpp import mtmd_cpp as mtmd
 
-from llamactl.engine.errors import InvalidRequestError, LlamactlError, ModelLoadError
-from llamactl.engine.gguf_info import read_gguf_info
+from llamactl.core.errors import InvalidRequestError, LlamactlError, ModelLoadError
+from llamactl.core.gguf_info import read_gguf_info
 
 from .types import Media
 

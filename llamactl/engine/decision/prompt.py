@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from llamactl.engine.errors import InvalidRequestError
+from llamactl.core.errors import InvalidRequestError
 
 from .labels import LabelMaker, Labels
 from .media import MediaSet, MediaUnit

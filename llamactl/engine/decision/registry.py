@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from llamactl.engine.errors import ModelLoadError
+from llamactl.core.errors import ModelLoadError
 
 # labels: logits of label tokens at the last prompt token
 # classifier: a class head on the last token's hidden state (MiniCPM-OCR-Jev)

@@ -17,8 +17,8 @@ from typing import Any
 
 import jinja2
 
+from llamactl.core.errors import InvalidRequestError, ModelLoadError
 from llamactl.engine.chat.environment import TemplateRaisedError, compile_template
-from llamactl.engine.errors import InvalidRequestError, ModelLoadError
 
 from .labels import Labels
 from .registry import DecisionType

@@ -11,7 +11,7 @@ import binascii
 import copy
 from typing import Any
 
-from llamactl.engine.errors import InvalidRequestError
+from llamactl.core.errors import InvalidRequestError
 
 from .registry import DecisionType
 from .types import QUESTION_TYPES, DecisionRequest, Media, Option, Question

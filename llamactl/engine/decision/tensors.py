@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
-from llamactl.engine.errors import ModelLoadError
-from llamactl.engine.gguf_info import GGUFInfo, TensorInfo
+from llamactl.core.errors import ModelLoadError
+from llamactl.core.gguf_info import GGUFInfo, TensorInfo
 
 F32, F16, Q8_0, BF16 = 0, 1, 8, 30
 _Q8_BLOCK = 32

@@ -5,7 +5,8 @@ of tensors"): kev's and MiniCPM-OCR-Jev's `cls.output`, d1-omni's head blocks an
 files are copied once, without those tensors, into `$XDG_CACHE_HOME/llamactl/trunks/`; the
 engine runs the copy and applies the head in numpy. The copy is raw: metadata entries and tensor
 bytes are carried over as they are (only the few values `trunk_plan` names are re-encoded),
-so it costs one sequential read and write of the file.
+so it costs one sequential read and write of the file. A front end that wants to show the
+copy's progress passes a `CopyProgress` factory (the engine draws nothing itself).
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ import logging
 import os
 import struct
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from llamactl import paths
-from llamactl.converters.heads import TrunkPlan
-from llamactl.engine.errors import ModelLoadError
-from llamactl.engine.gguf_info import (
+from llamactl.core.decision_heads import TrunkPlan
+from llamactl.core.errors import ModelLoadError
+from llamactl.core.gguf_info import (
     _SCALAR_STRUCTS,
     ARRAY,
     STRING,
@@ -37,6 +40,16 @@ log = logging.getLogger("llamactl.decision")
 
 COPY_VERSION = 2  # bump when the copy's layout changes, so stale copies are not reused
 _CHUNK = 8 << 20
+
+
+class CopyProgress(Protocol):
+    """Told once per tensor copied (the converters' `TensorProgress` is one)."""
+
+    def step(self, name: str, nbytes: int) -> None: ...
+
+
+# (total bytes, tensor count) -> a context manager that reports the copy's steps
+ProgressFactory = Callable[[int, int], AbstractContextManager[CopyProgress]]
 
 
 @dataclass(frozen=True)
@@ -61,7 +74,9 @@ def trunk_path(src: Path) -> Path:
     return trunk_dir() / f"{src.stem}.trunk-{digest}.gguf"
 
 
-def ensure_trunk(info: GGUFInfo, plan: TrunkPlan, *, progress: bool = True) -> TrunkCopy:
+def ensure_trunk(
+    info: GGUFInfo, plan: TrunkPlan, *, progress: ProgressFactory | None = None
+) -> TrunkCopy:
     """The trunk-only copy of the file `info` describes, made now unless already cached."""
     start = time.perf_counter()
     target = trunk_path(info.path)
@@ -96,8 +111,10 @@ def ensure_trunk(info: GGUFInfo, plan: TrunkPlan, *, progress: bool = True) -> T
     return copy
 
 
-def write_trunk(info: GGUFInfo, plan: TrunkPlan, out_path: Path, *, progress: bool) -> None:
-    """Write the copy `plan` describes (see `llamactl.converters.trunk_plan`) to `out_path`."""
+def write_trunk(
+    info: GGUFInfo, plan: TrunkPlan, out_path: Path, *, progress: ProgressFactory | None = None
+) -> None:
+    """Write the copy `plan` describes (see `llamactl.core.decision_heads`) to `out_path`."""
     _write_copy(info, set(plan.head), plan.overrides, set(plan.drop_keys), out_path, progress)
 
 
@@ -108,7 +125,7 @@ def _write_copy(
     overrides: dict[str, Any],
     drop_keys: set[str],
     out_path: Path,
-    progress: bool,
+    progress: ProgressFactory | None,
 ) -> None:
     alignment = info.metadata.get("general.alignment", 32)
     kept = [t for t in info.tensors if t.name not in head]
@@ -131,7 +148,7 @@ def _write_copy(
         header += b"\0" * (-len(header) % alignment)
         out.write(header)
         total = sum(spans[t.name][1] for t in kept)
-        with _progress(total, len(kept), progress) as bar:
+        with progress(total, len(kept)) if progress else _no_bar() as bar:
             for t in kept:
                 start, size = spans[t.name]
                 _copy_range(src, out, info.data_offset + start, size)
@@ -214,12 +231,5 @@ class _NoBar:
 
 
 @contextlib.contextmanager
-def _progress(total: int, n: int, enabled: bool):
-    """The converters' per-tensor bar on stderr (only at a terminal)."""
-    if not enabled:
-        yield _NoBar()
-        return
-    from llamactl.converters.progress import TensorProgress
-
-    with TensorProgress(total, n, enabled=True) as bar:
-        yield bar
+def _no_bar():
+    yield _NoBar()

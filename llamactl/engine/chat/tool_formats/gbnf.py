@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llamactl.engine.errors import InvalidRequestError
+from llamactl.core.errors import InvalidRequestError
 
 # A rule body's tokens: literals and character classes are kept, names get the prefix.
 _BODY_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|\{[^}]*\}|[A-Za-z0-9-]+|.', re.S)

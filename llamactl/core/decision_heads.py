@@ -1,4 +1,4 @@
-"""Decision heads the pinned llama.cpp does not load.
+"""Decision heads the pinned llama.cpp does not load (converters and engine both follow this).
 
 Its `lfm2` and `qwen35` architectures load no `cls.output` (nor d1-omni's head blocks), and its
 loader refuses a file holding tensors the architecture does not load ("done_getting_tensors:
@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from .decision_keys import head_block_count_key
 
 # decision types whose GGUF holds a head the pinned llama.cpp refuses; the others (openjev,
 # lev, lfm2-d1, h2o-lightning: label readouts) load as they are
@@ -70,7 +72,7 @@ def trunk_metadata(decision_type: str, metadata: Mapping[str, Any]) -> dict[str,
     if decision_type != "lfm2-d1-omni":
         return {}
     arch = "lfm2"
-    n_trunk = int(metadata[f"{arch}.block_count"]) - int(metadata[f"{arch}.decision.block_count"])
+    n_trunk = int(metadata[f"{arch}.block_count"]) - int(metadata[head_block_count_key(arch)])
     out: dict[str, Any] = {f"{arch}.block_count": n_trunk}
     for key in (f"{arch}.feed_forward_length", f"{arch}.attention.head_count_kv"):
         value = metadata.get(key)
@@ -102,7 +104,7 @@ def trunk_plan(
         decision_type,
         tensor_names,
         block_count=metadata.get(f"{arch}.block_count"),
-        head_layers=metadata.get(f"{arch}.decision.block_count"),
+        head_layers=metadata.get(head_block_count_key(arch)),
     )
     drop = (f"{arch}.embedding_length_out",) if f"{arch}.embedding_length_out" in metadata else ()
     return TrunkPlan(tuple(head), trunk_metadata(decision_type, metadata), drop)

@@ -15,17 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from llamactl.engine.errors import LlamactlError
+from llamactl.core.errors import AudioDeviceError
 
 PORTAUDIO_HINT = (
     "microphone input needs the PortAudio library, which is not installed: on Debian or "
     "Ubuntu run `sudo apt-get install libportaudio2` (scripts/install-system-deps.sh does it), "
     "on macOS `brew install portaudio`"
 )
-
-
-class AudioDeviceError(LlamactlError):
-    """No PortAudio, no such device, or the device refused to open."""
 
 
 def _import_sounddevice() -> Any:
@@ -35,13 +31,16 @@ def _import_sounddevice() -> Any:
 
 
 def sounddevice_module() -> Any:
+    """The sounddevice module; a missing PortAudio or package is one clear AudioDeviceError
+    (worded for the microphone: `playback` rewords it for sound output)."""
     try:
         return _import_sounddevice()
     except OSError as exc:  # "PortAudio library not found"
         raise AudioDeviceError(PORTAUDIO_HINT) from exc
     except ImportError as exc:
         raise AudioDeviceError(
-            f"microphone input needs the sounddevice package: pip install sounddevice ({exc})"
+            "microphone input needs the sounddevice package (PortAudio's Python binding): "
+            f"pip install sounddevice ({exc})"
         ) from exc
 
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from llamactl.engine.errors import ModelLoadError, ModelNotFoundError
+from .decision_keys import has_decision_type
+from .errors import ModelLoadError, ModelNotFoundError
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -430,7 +431,7 @@ def _detect_capabilities(
             caps.append("embed")
         else:
             caps.append("chat")
-    if "decision.type" in meta or f"{arch}.decision.type" in meta:
+    if has_decision_type(meta, arch):
         # as the loaded model reports it (Model.info): llamactl serves a decision model's
         # decisions and refuses to generate with it
         caps = [c for c in caps if c != "chat"] + ["decide"]

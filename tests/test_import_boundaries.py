@@ -1,0 +1,174 @@
+"""The packages' import boundaries (docs/engine.md, Layout): which package may import which.
+
+Read from the source with `ast`, so imports inside functions count too: the engine must not
+reach the converters, the config, rich or a front end; the core imports nothing of llamactl
+above it; the converters stay below the engine and the config. A subprocess checks that the
+public faces are lazy: `import llamactl` loads neither llama.cpp nor numpy.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# folder -> the import name its modules have
+PACKAGES = {
+    "llamactl/core": "llamactl.core",
+    "llamactl/engine": "llamactl.engine",
+    "llamactl/devices": "llamactl.devices",
+    "converters": "llamactl.converters",
+}
+
+FORBIDDEN = {
+    "llamactl.core": (
+        "llamactl.engine",
+        "llamactl.converters",
+        "llamactl.config",
+        "llamactl.devices",
+        "llamactl.cli",
+        "llamactl.server",
+        "llamactl.tui",
+        "rich",
+        "llama_cpp",
+    ),
+    "llamactl.engine": (
+        "llamactl.converters",
+        "llamactl.config",
+        "llamactl.models",
+        "llamactl.devices",
+        "llamactl.cli",
+        "llamactl.server",
+        "llamactl.tui",
+        "rich",
+        "sounddevice",
+    ),
+    "llamactl.devices": ("llamactl.engine", "llamactl.cli", "llamactl.server", "llamactl.tui"),
+    "llamactl.converters": (
+        "llamactl.engine",
+        "llamactl.config",
+        "llamactl.cli",
+        "llamactl.server",
+        "llamactl.tui",
+    ),
+}
+
+
+def _module_name(path: Path, folder: str, package: str) -> str:
+    rel = path.relative_to(ROOT / folder).with_suffix("")
+    parts = [p for p in rel.parts if p != "__init__"]
+    return ".".join([package, *parts])
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Every module `path` imports, relative imports resolved."""
+    is_package = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                name = ".".join([*base, node.module] if node.module else base)
+            else:
+                name = node.module or ""
+            out.add(name)
+            out.update(f"{name}.{alias.name}" for alias in node.names)
+    return out
+
+
+def _violations(package: str) -> list[str]:
+    folder = next(f for f, p in PACKAGES.items() if p == package)
+    found = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        module = _module_name(path, folder, package)
+        for name in _imports(path, module):
+            for banned in FORBIDDEN[package]:
+                if name == banned or name.startswith(banned + "."):
+                    found.append(f"{path.relative_to(ROOT)} imports {name}")
+    return sorted(set(found))
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_package_imports_stay_within_bounds(package: str) -> None:
+    assert _violations(package) == []
+
+
+def test_the_checker_sees_relative_and_late_imports(tmp_path: Path) -> None:
+    source = tmp_path / "mod.py"
+    source.write_text("from ..config import x\ndef f():\n    import rich.progress\n")
+    names = _imports(source, "llamactl.engine.mod")
+    assert "llamactl.config" in names and "rich.progress" in names
+
+
+def test_the_public_faces_are_lazy() -> None:
+    """`import llamactl` (and its engine face) must stay cheap: the CLI's --help pays for it."""
+    code = (
+        "import sys, llamactl, llamactl.engine\n"
+        "heavy = [m for m in ('llama_cpp', 'numpy', 'rich', 'fastapi') if m in sys.modules]\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == ""
+
+
+def test_the_faces_export_what_they_name() -> None:
+    code = (
+        "import llamactl, llamactl.engine\n"
+        "for face in (llamactl, llamactl.engine):\n"
+        "    for name in face.__all__:\n"
+        "        getattr(face, name)\n"
+        "print(len(llamactl.__all__))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert int(out.stdout) > 30
+
+
+def _type_checking_names(path: Path) -> set[str]:
+    """The names a face imports under `if TYPE_CHECKING:` (what type checkers see)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for imp in node.body:
+                if isinstance(imp, ast.ImportFrom):
+                    names.update(a.name for a in imp.names if a.name != "*")
+    return names
+
+
+def test_the_engine_face_shows_type_checkers_what_it_exports() -> None:
+    import llamactl.engine
+
+    assert _type_checking_names(ROOT / "llamactl/engine/__init__.py") == set(
+        llamactl.engine.__all__
+    )
+
+
+def test_front_ends_import_the_engine_through_its_face() -> None:
+    """server/, tui/ and the CLI name `llamactl` (or `llamactl.engine`), not engine modules."""
+    found = []
+    for folder, package in (("server", "llamactl.server"), ("tui", "llamactl.tui")):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            module = _module_name(path, folder, package)
+            found += [f"{path.name}: {n}" for n in _imports(path, module) if _internal(n)]
+    for path in sorted((ROOT / "llamactl/cli").rglob("*.py")):
+        module = _module_name(path, "llamactl/cli", "llamactl.cli")
+        found += [f"{path.name}: {n}" for n in _imports(path, module) if _internal(n)]
+    assert found == []
+
+
+def _internal(name: str) -> bool:
+    return name.startswith(("llamactl.engine.", "llamactl.core.")) and not name.startswith(
+        "llamactl.engine.__"
+    )
