@@ -135,6 +135,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from serve' -l body-timeout -x -
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l shutdown-grace -x -d 'On SIGTERM or Ctrl-C, seconds running generations may finish; queued ones end at once, a second signal ends all [10]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l models-dir -x -a '(__fish_complete_directories)' -d 'Router mode: serve every GGUF file in DIR, each loaded on demand'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l log-level -x -d 'debug, info, warning or error'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l mmproj -r -F -d 'A decision model\'s projector (default: mmproj-<model file> beside it)'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s h -l help -d 'Show this message and exit'
 
 # llamactl stop

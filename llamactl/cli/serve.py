@@ -50,6 +50,14 @@ def serve_command(
             "--log-level", help="debug, info, warning or error.", rich_help_panel=SERVER_PANEL
         ),
     ] = "info",
+    mmproj: Annotated[
+        Path | None,
+        typer.Option(
+            "--mmproj",
+            help="A decision model's projector (default: mmproj-<model file> beside it).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the model over HTTP: OpenAI chat completions, completions, Responses and the
     Realtime websocket, Anthropic Messages, /tts and /v1/systemone, batched across --parallel
@@ -74,7 +82,7 @@ def serve_command(
         raise typer.BadParameter(str(e), param_hint="--spec-type") from None
     resolved = resolve_model(settings)
     settings.resolved_api_keys()  # a missing key file is an error now, not at the first request
-    app = create_app(settings, model_path=resolved.path)
+    app = create_app(settings, model_path=resolved.path, mmproj=mmproj)
     console = stderr_console()
     console.print(
         f"[bold]llamactl serve[/]: {resolved.name} on "
@@ -115,18 +123,14 @@ def _run(app, settings, log_level: str) -> None:
 
     state = app.state.llamactl
 
-    def stop_generating() -> None:
-        if state.engine is not None:
-            state.engine.close()  # every open stream gets EngineClosedError, then ends
+    stop_generating = state.stop_generating  # every open stream gets an error event, then ends
 
     async def drain_then_stop() -> None:
-        drain = getattr(state.engine, "drain", None)  # a decision model's engine has none
-        if drain is None or settings.shutdown_grace <= 0:
+        if settings.shutdown_grace <= 0 or not state.drain():
             stop_generating()
             return
-        drain()
         deadline = time.monotonic() + settings.shutdown_grace
-        while state.engine is not None and state.engine.busy_slots and time.monotonic() < deadline:
+        while state.busy_slots and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         stop_generating()
 
