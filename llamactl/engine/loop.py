@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from abc import ABC, abstractmethod
 from collections import deque
 from typing import Generic, TypeVar
 
@@ -23,7 +24,7 @@ log = logging.getLogger("llamactl.engine")
 Item = TypeVar("Item")
 
 
-class DecodeLoop(Generic[Item]):
+class DecodeLoop(ABC, Generic[Item]):
     """Subclasses say what work is (`_has_work`), do one round of it (`_tick`) and end every
     open request when a round fails (`_fail_all`); they set `stats` before starting."""
 
@@ -80,15 +81,17 @@ class DecodeLoop(Generic[Item]):
                 self._fail_all(exc)
 
     # ------------------------------------------------------------ for subclasses
+    @abstractmethod
     def _has_work(self) -> bool:
         """Called under the lock."""
-        raise NotImplementedError
 
     def _take_commands(self) -> None:
         """Called under the lock before each round: move commands out of shared queues."""
 
+    @abstractmethod
     def _tick(self) -> None:
-        raise NotImplementedError
+        """One round of work on the decode thread."""
 
+    @abstractmethod
     def _fail_all(self, exc: Exception) -> None:
-        raise NotImplementedError
+        """End every open request with `exc` (a round raised it)."""
