@@ -10,21 +10,21 @@ from fastapi import FastAPI
 from llamactl.config import Settings
 from llamactl.models import resolve_model
 
-from . import basic, openapi_errors, precheck
+from . import openapi_errors, precheck, system
 from .errors import install_handlers
 from .middleware import install_middleware
 from .state import ServerState
 
 # API families, added as "module:attribute" of this package
 API_ROUTERS: list[str] = [
-    "anthropic_messages:router",
-    "openai_chat:router",
-    "openai_completions:router",
-    "openai_responses.routes:router",
-    "openai_audio:router",
-    "realtime:router",
-    "systemone:router",
-    "tts:router",
+    "anthropic.messages:router",
+    "openai.chat:router",
+    "openai.completions:router",
+    "openai.responses.routes:router",
+    "openai.audio:router",
+    "openai.realtime:router",
+    "llamacpp.decisions:router",
+    "llamacpp.tts:router",
 ]
 
 
@@ -68,7 +68,7 @@ def create_app(
     app.state.llamactl = state
     install_handlers(app)
     openapi_errors.install(app)
-    app.include_router(basic.router)
+    app.include_router(system.router)
     for router in _routers():
         app.include_router(router)
     install_middleware(app, state)

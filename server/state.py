@@ -129,6 +129,8 @@ class ServerState:
         if self.decisions is not None:
             self.decisions.dm.close()
         self.engine = self.chat = self.decisions = None
+        self.transcription.close()
+        self.speech.close()
 
     # ------------------------------------------------------------- services
     def require_chat(self) -> ChatModel:

@@ -244,7 +244,7 @@ def test_realtime_lone_surrogate_and_deep_nesting_are_error_events(live):
 
 
 def _streams(live) -> int:
-    from llamactl.server.openai_audio.service import audio_service
+    from llamactl.server.speech.transcription import audio_service
 
     return audio_service(live.app).live_streams
 
@@ -352,7 +352,7 @@ class SilentClient:
 def test_realtime_client_that_never_reads_is_dropped(live, monkeypatch):
     import threading
 
-    from llamactl.server.realtime import connection
+    from llamactl.server.openai.realtime import connection
 
     monkeypatch.setattr(connection, "MAX_QUEUED_BYTES", 1024 * 1024)
     dropped = threading.Event()
@@ -419,7 +419,7 @@ def test_realtime_created_items_audio_and_text_are_bounded(live, monkeypatch):
 
 
 def test_tts_multipart_file_part_is_bounded(live):
-    from llamactl.server.tts.routes import MAX_BODY
+    from llamactl.server.llamacpp.tts.routes import MAX_BODY
 
     big = b"\0" * (MAX_BODY + 1)
     r = httpx.post(
@@ -491,7 +491,7 @@ def test_realtime_sessions_are_bounded(live, monkeypatch):
 
 
 def test_wire_names_the_bad_string_and_escapes_what_it_cannot_encode():
-    from llamactl.server.realtime.wire import encode_event, lone_surrogate_at
+    from llamactl.server.openai.realtime.wire import encode_event, lone_surrogate_at
 
     event = {"type": "x", "item": {"content": [{"text": "ok"}, {"text": "bad \ud83d"}]}}
     assert lone_surrogate_at(event) == "item.content[1].text"

@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
-from llamactl.server.realtime import conversation_config as cc
-from llamactl.server.realtime import transcription_config as tc
-from llamactl.server.realtime.conversation import ConversationSession
+from llamactl.server.openai.realtime import conversation_config as cc
+from llamactl.server.openai.realtime import transcription_config as tc
+from llamactl.server.openai.realtime.conversation import ConversationSession
 
 from llamactl.realtime import protocol
 from llamactl.realtime.errors import ProtocolError

@@ -134,7 +134,7 @@ _DELTA = "conversation.item.input_audio_transcription.delta"
 
 
 def test_appends_before_session_created_are_refused(live, monkeypatch):
-    from llamactl.server.realtime.transcription import TranscriptionSession
+    from llamactl.server.openai.realtime.transcription import TranscriptionSession
 
     original = TranscriptionSession._open_stream
 

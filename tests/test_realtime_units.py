@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from llamactl.server.realtime.conversation_config import merge, new_config
-from llamactl.server.realtime.speaker import SentenceSplitter, Span, Speaker, speakable
+from llamactl.server.openai.realtime.conversation_config import merge, new_config
+from llamactl.server.openai.realtime.speaker import SentenceSplitter, Span, Speaker, speakable
 
 from llamactl.core.errors import ProtocolError
 

@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 import anthropic
 import httpx
 import pytest
-from llamactl.server.anthropic_messages.blocks import thinking_signature
-from llamactl.server.anthropic_messages.convert import chat_messages
-from llamactl.server.anthropic_messages.protocol import CountTokensRequest, MessagesRequest
-from llamactl.server.anthropic_messages.serving import (
+from llamactl.server.anthropic.messages.blocks import thinking_signature
+from llamactl.server.anthropic.messages.convert import chat_messages
+from llamactl.server.anthropic.messages.protocol import CountTokensRequest, MessagesRequest
+from llamactl.server.anthropic.messages.serving import (
     Reply,
     chat_request,
     message,

@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 import pytest
-from llamactl.server.openai_chat import params, serving
-from llamactl.server.openai_chat.protocol import ChatCompletionChunk as OurChunk
+from llamactl.server.openai.chat import params, serving
+from llamactl.server.openai.chat.protocol import ChatCompletionChunk as OurChunk
 from llamactl.server.schema import inline_schema
 from openai import OpenAI
 from openai.types.chat import ChatCompletion, ChatCompletionChunk

@@ -12,19 +12,19 @@ import httpx
 import openai
 import pytest
 from llamactl.server.errors import APIError
-from llamactl.server.openai_responses.convert import (
+from llamactl.server.openai.responses.convert import (
     convert_tools,
     items_to_messages,
     resolve_items,
     thinking,
 )
-from llamactl.server.openai_responses.output import OutputBuilder, output_text
-from llamactl.server.openai_responses.protocol import (
+from llamactl.server.openai.responses.output import OutputBuilder, output_text
+from llamactl.server.openai.responses.protocol import (
     ITEM,
     ReasoningConfig,
     ResponsesRequest,
 )
-from llamactl.server.openai_responses.store import ResponseStore, StoredResponse
+from llamactl.server.openai.responses.store import ResponseStore, StoredResponse
 from pydantic import ValidationError
 
 from llamactl.engine.types import (

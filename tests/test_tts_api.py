@@ -147,7 +147,7 @@ def test_openai_sdk_errors(client):
 
 
 def test_every_openai_voice_is_an_espeak_voice():
-    from llamactl.server.tts.serving import OPENAI_VOICES
+    from llamactl.server.openai.voices import OPENAI_VOICES
 
     from llamactl.engine.audio.synth import open_synthesizer
 

@@ -1,0 +1,1 @@
+"""Anthropic's API: Messages (and its token count)."""

@@ -1,0 +1,5 @@
+"""llama-server's text to speech: `POST /tts`."""
+
+from .routes import router
+
+__all__ = ["router"]

@@ -1,0 +1,673 @@
+"""Realtime conversation sessions (`session.type: "realtime"`): speech in, answers out.
+
+The session keeps the conversation (GA items), transcribes committed user audio with the
+transcription session's stream (so commits, VAD and the "committed before its transcript"
+order are the same), and answers with `Response`s run on the shared chat engine: each
+response is one engine request, batched with every other session's, and sampled from its own
+logits row, so concurrent sessions never mix outputs.
+
+Turn taking: with `server_vad` the VAD commits each utterance and, with `create_response`,
+a response starts at once (it waits for the transcript inside). With `interrupt_response`,
+speech starting while a response is still being made or heard (by a real-time playback
+clock started at its first audio delta) is a barge-in: the response is cancelled, the
+output audio is cleared (`output_audio_buffer.cleared`) and the assistant item is cut back
+to what was heard (`conversation.item.truncated`).
+
+Stream events arrive on the speech worker's thread; they are queued and handled by one task,
+in order, because a barge-in has to wait for the cancelled response's `response.done`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import time
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from llamactl import (
+    EMBEDDED_ALIASES,
+    Cleared,
+    Committed,
+    Completed,
+    Final,
+    InvalidRequestError,
+    LlamactlError,
+    ProtocolError,
+    SpeechStarted,
+    SpeechStopped,
+    StreamEvent,
+    StreamFailed,
+)
+from llamactl.realtime import protocol
+
+from ...speech.synthesis import synthesizer
+from ..voices import openai_voice
+from .conversation_config import (
+    OutputConfig,
+    RealtimeConfig,
+    apply_audio_output,
+    apply_output,
+    merge,
+    new_config,
+)
+from .events import event, new_id
+from .response import Response
+from .speaker import Speaker
+from .transcription import TranscriptionSession
+from .wire import OFF_LOOP_CHARS
+
+MAX_ITEMS = 4096
+MAX_ACTIVE_RESPONSES = 4  # out-of-band ones included: one session cannot fill the engine queue
+MAX_CLIENT_TEXT = 1024 * 1024  # characters of text in the items a client creates (~250k tokens)
+
+
+class _Item:
+    """A conversation item and what the server knows about it beyond its GA shape."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.transcribed: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self.committed_at = time.monotonic()
+        self.speaker: Speaker | None = None  # assistant audio: maps audio back to text
+        self.client_chars = 0  # text the client wrote into it (conversation.item.create)
+
+    @property
+    def id(self) -> str:
+        return self.data["id"]
+
+
+class ConversationSession(TranscriptionSession):
+    kind = "realtime"
+
+    def __init__(self, conn: Any) -> None:
+        super().__init__(conn)
+        self.state = conn.app.state.llamactl
+        self.rt: RealtimeConfig = new_config(self.state.model_id, "")
+        self.config = self.rt.input
+        self.items: list[_Item] = []
+        self.responses: list[Response] = []
+        self._queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
+        self._pump: asyncio.Task[None] | None = None
+        self._items_by_stream: dict[int, _Item] = {}
+        self._commits_asked = 0  # manual commits sent by the client
+        self._commits_made = 0  # ... and the ones whose item exists
+        self._caught_up = asyncio.Event()
+        self._caught_up.set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._pending_item_audio = 0.0  # seconds of created items' audio not yet transcribed
+        self._client_chars = 0  # text in the items the client created (MAX_CLIENT_TEXT)
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        state = self.state
+        if state.chat is None:
+            raise ProtocolError(
+                "conversation sessions need a chat model: "
+                + (state.load_error or "this server's model cannot chat (or is still loading)"),
+                type_="server_error",
+                code="model_unavailable",
+            )
+        await super().start()
+        if self.live:
+            self._pump = asyncio.create_task(self._run_events())
+
+    async def close(self) -> None:
+        self._caught_up.set()
+        for response in list(self.responses):
+            if response.active:
+                await response.cancel("client_cancelled")
+        if self._pump is not None:
+            self._pump.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await super().close()
+
+    def session_object(self) -> dict[str, Any]:
+        self.rt.input = self.config
+        return self.rt.to_session(self.id)
+
+    async def update(self, session: dict[str, Any]) -> None:
+        names = set(EMBEDDED_ALIASES)
+        if self.config.model:
+            names.add(self.config.model)
+        s = self.state
+        models = {s.model_id, s.model_path.name, s.model_path.stem}
+        if isinstance(session.get("model"), str) and session["model"].startswith("gpt-"):
+            models.add(session["model"])  # OpenAI's realtime model names mean this model
+        self.rt.input = self.config
+        new = merge(self.rt, session, names, models)
+        if new.output.voice != self.rt.output.voice:
+            await self._check_voice(new.output.voice, "session.audio.output.voice")
+        if new.input.language is not None and self._service.loaded:
+            try:
+                new.input.language = self._service.transcriber.check_language(new.input.language)
+            except InvalidRequestError as exc:
+                raise ProtocolError(
+                    str(exc), param="session.audio.input.transcription.language"
+                ) from exc
+        self.rt = new
+        self.config = new.input
+        self._configure()
+
+    async def _check_voice(self, voice: str, param: str) -> None:
+        def check() -> None:
+            synth = synthesizer(self.conn.app)
+            chunks = synth.synthesize("", voice=openai_voice(voice))
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+        try:
+            await run_in_threadpool(check)
+        except InvalidRequestError as exc:
+            raise ProtocolError(f"unknown voice '{voice}': {exc}", param=param) from exc
+        except LlamactlError as exc:
+            raise ProtocolError(str(exc), type_="server_error", code="tts_unavailable") from exc
+
+    # ---------------------------------------------------------- client events
+    async def handle(self, type_: str, client_event: dict[str, Any]) -> None:
+        if type_.startswith("input_audio_buffer."):
+            await super().handle(type_, client_event)
+            if type_ == "input_audio_buffer.commit":
+                self._commits_asked += 1
+                self._caught_up.clear()
+            return
+        handler = {
+            "conversation.item.create": self._item_create,
+            "conversation.item.delete": self._item_delete,
+            "conversation.item.retrieve": self._item_retrieve,
+            "conversation.item.truncate": self._item_truncate,
+            "response.create": self._response_create,
+            "response.cancel": self._response_cancel,
+            "output_audio_buffer.clear": self._output_clear,
+        }.get(type_)
+        if handler is None:
+            raise ProtocolError(
+                f"'{type_}' is not a client event of realtime sessions",
+                code="unknown_event",
+                param="type",
+            )
+        if not self.live:
+            raise ProtocolError(
+                f"{type_} before session.created: wait for session.created",
+                code="session_not_ready",
+            )
+        # A commit's item appears once the stream reaches the commit; events sent after the
+        # commit (response.create above all) must see it, so they wait for it in order.
+        await self._caught_up.wait()
+        await handler(client_event)
+
+    # ------------------------------------------------------- conversation items
+    def _index(self, item_id: Any) -> int:
+        for i, item in enumerate(self.items):
+            if item.id == item_id:
+                return i
+        raise ProtocolError(
+            f"no conversation item with id '{item_id}'", code="item_not_found", param="item_id"
+        )
+
+    def _insert(self, item: _Item, previous: str | None = None) -> str | None:
+        """Add `item` after `previous` (None: at the end, "root": first); returns the id of
+        the item now before it."""
+        if len(self.items) >= MAX_ITEMS:
+            raise ProtocolError(
+                f"the conversation holds at most {MAX_ITEMS} items; delete some first",
+                code="conversation_full",
+            )
+        if previous is None:
+            at = len(self.items)
+        elif previous == "root":
+            at = 0
+        else:
+            at = self._index(previous) + 1
+        self.items.insert(at, item)
+        return self.items[at - 1].id if at > 0 else None
+
+    def _previous_of(self, item_id: str) -> str | None:
+        for i, item in enumerate(self.items):
+            if item.id == item_id:
+                return self.items[i - 1].id if i > 0 else None
+        return None
+
+    async def _item_create(self, raw: dict[str, Any]) -> None:
+        ev = protocol.ConversationItemCreate.parse(raw)
+        previous = ev.previous_item_id
+        if previous not in (None, "root"):
+            self._index(previous)
+        data, encoded = self._parse_item(ev.item)
+        audio = await _decode_parts(encoded)
+        chars = sum(len(p.get("text") or p.get("transcript") or "") for p in data["content"])
+        if self._client_chars + chars > MAX_CLIENT_TEXT:
+            raise ProtocolError(
+                f"the conversation holds at most {MAX_CLIENT_TEXT} characters of client text "
+                f"({self._client_chars} now, this item {chars}); delete some items first",
+                code="conversation_full",
+                param="item.content",
+            )
+        seconds = sum(len(pcm) for _, pcm in audio) / 2 / self.config.rate
+        self._reserve_item_audio(seconds)
+        item = _Item(data)
+        item.client_chars = chars
+        if not audio:
+            item.transcribed.set_result(0.0)
+        try:
+            after = self._insert(item, previous)
+        except ProtocolError:
+            self._pending_item_audio -= seconds
+            raise
+        self._client_chars += chars
+        self.conn.send(event("conversation.item.added", previous_item_id=after, item=data))
+        if audio:
+            self._spawn(self._transcribe_item(item, audio, seconds))
+        else:
+            self.conn.send(event("conversation.item.done", previous_item_id=after, item=data))
+
+    def _parse_item(self, new: protocol.NewItem) -> tuple[dict[str, Any], list[tuple[int, Any]]]:
+        """The item in the GA shape (audio data dropped) and any input audio to transcribe,
+        still base64 (see `_decode_parts`)."""
+        item_id = new.id or new_id("item_")
+        if any(i.id == item_id for i in self.items):
+            raise ProtocolError(
+                f"an item with id '{item_id}' already exists", code="item_exists", param="item.id"
+            )
+        content: list[dict[str, Any]] = []
+        audio: list[tuple[int, Any]] = []
+        for part in new.content:
+            if part.type == "input_audio" and "audio" in part.model_fields_set:
+                audio.append((len(content), part.audio))
+                content.append({"type": "input_audio", "transcript": None})
+            elif part.type in ("input_audio", "output_audio"):
+                content.append({"type": part.type, "transcript": part.transcript})
+            else:
+                kind = "output_text" if part.type == "text" else part.type
+                content.append({"type": kind, "text": part.text})
+        role = new.role
+        data = {
+            "id": item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "role": role,
+            "status": "completed",
+            "content": content,
+        }
+        return data, audio
+
+    def _reserve_item_audio(self, seconds: float) -> None:
+        """Created items' audio waits for the worker like appended audio does, under the same
+        bound (`realtime_max_buffer_seconds`): otherwise a client creating items faster than
+        they are transcribed would hold any amount of audio."""
+        limit = self._max_buffered_seconds
+        if seconds and limit is not None and self._pending_item_audio + seconds > limit:
+            raise ProtocolError(
+                f"{self._pending_item_audio:.0f} s of created items' audio are waiting to be "
+                f"transcribed and this item adds {seconds:.0f} s, over the {limit:g} s a "
+                "session may hold (realtime_max_buffer_seconds); wait for their "
+                "transcriptions",
+                code="input_audio_buffer_full",
+                param="item.content",
+            )
+        self._pending_item_audio += seconds
+
+    async def _transcribe_item(
+        self, item: _Item, audio: list[tuple[int, bytes]], seconds: float
+    ) -> None:
+        """Transcribe the input_audio parts of a created item (whole, not streamed)."""
+        t0 = time.monotonic()
+        loop = asyncio.get_running_loop()
+        try:
+            for index, pcm in audio:
+                done: asyncio.Future[list[str]] = loop.create_future()
+                texts: list[str] = []
+
+                def deliver(seg: Any, texts=texts, done=done) -> None:
+                    def on_loop() -> None:
+                        if done.done():
+                            return
+                        if seg is None:
+                            done.set_result(texts)
+                        elif isinstance(seg, BaseException):
+                            done.set_exception(seg)
+                        else:
+                            texts.append(seg.text.strip())
+
+                    with contextlib.suppress(RuntimeError):
+                        loop.call_soon_threadsafe(on_loop)
+
+                handle = await run_in_threadpool(
+                    self._service.submit,
+                    pcm,
+                    self.config.rate,
+                    deliver,
+                    language=self.config.language,
+                )
+                try:
+                    transcript = " ".join(t for t in await done if t)
+                finally:
+                    handle.cancel()
+                item.data["content"][index]["transcript"] = transcript
+                self.conn.send(
+                    event(
+                        "conversation.item.input_audio_transcription.completed",
+                        item_id=item.id,
+                        content_index=index,
+                        transcript=transcript,
+                        usage={
+                            "type": "duration",
+                            "seconds": round(len(pcm) / 2 / self.config.rate, 3),
+                        },
+                    )
+                )
+        except Exception as exc:
+            self.conn.send(
+                event(
+                    "conversation.item.input_audio_transcription.failed",
+                    item_id=item.id,
+                    content_index=0,
+                    error={
+                        "type": "server_error",
+                        "code": "transcription_failed",
+                        "message": str(exc),
+                    },
+                )
+            )
+        finally:
+            self._pending_item_audio -= seconds
+            if not item.transcribed.done():
+                item.transcribed.set_result((time.monotonic() - t0) * 1000)
+            self.conn.send(
+                event(
+                    "conversation.item.done",
+                    previous_item_id=self._previous_of(item.id),
+                    item=item.data,
+                )
+            )
+
+    async def _item_delete(self, raw: dict[str, Any]) -> None:
+        i = self._index(protocol.ConversationItemDelete.parse(raw).item_id)
+        item = self.items.pop(i)
+        self._client_chars -= item.client_chars
+        if not item.transcribed.done():
+            item.transcribed.set_result(0.0)
+        self.conn.send(event("conversation.item.deleted", item_id=item.id))
+
+    async def _item_retrieve(self, raw: dict[str, Any]) -> None:
+        item = self.items[self._index(protocol.ConversationItemRetrieve.parse(raw).item_id)]
+        self.conn.send(event("conversation.item.retrieved", item=item.data))
+
+    async def _item_truncate(self, raw: dict[str, Any]) -> None:
+        ev = protocol.ConversationItemTruncate.parse(raw)
+        item = self.items[self._index(ev.item_id)]
+        if item.data["role"] != "assistant" or item.speaker is None:
+            raise ProtocolError(
+                "only assistant items with audio (made in this session) can be truncated",
+                param="item_id",
+            )
+        end = ev.audio_end_ms
+        total = int(item.speaker.seconds * 1000)
+        if end > total:
+            raise ProtocolError(
+                f"audio_end_ms {end} is past the end of the item's audio ({total} ms)",
+                param="audio_end_ms",
+            )
+        self._truncate(item, end)
+
+    def _truncate(self, item: _Item, audio_end_ms: int) -> None:
+        assert item.speaker is not None
+        part = item.data["content"][0] if item.data["content"] else None
+        if part is not None:
+            part["transcript"] = item.speaker.heard_text(part.get("transcript") or "", audio_end_ms)
+        self.conn.send(
+            event(
+                "conversation.item.truncated",
+                item_id=item.id,
+                content_index=0,
+                audio_end_ms=audio_end_ms,
+            )
+        )
+
+    # -------------------------------------------------------------- responses
+    def _active(self) -> Response | None:
+        for r in self.responses:
+            if r.active and r.in_conversation:
+                return r
+        return None
+
+    async def _response_create(self, raw: dict[str, Any]) -> None:
+        params = protocol.ResponseCreate.parse(raw).response
+        out = copy.deepcopy(self.rt.output)
+        apply_output(out, params)
+        if params.audio is not None:
+            apply_audio_output(out, params.audio.output)
+            if out.voice != self.rt.output.voice:
+                await self._check_voice(out.voice, "response.audio.output.voice")
+        in_conversation = params.conversation != "none"
+        metadata = dict(params.metadata) if params.metadata is not None else None
+        inputs = self._response_inputs(params.input)
+        if in_conversation and self._active() is not None:
+            raise ProtocolError(
+                "the conversation already has an active response; cancel it or wait for "
+                "response.done",
+                code="conversation_already_has_active_response",
+            )
+        if sum(r.active for r in self.responses) >= MAX_ACTIVE_RESPONSES:
+            raise ProtocolError(
+                f"a session runs at most {MAX_ACTIVE_RESPONSES} responses at once; wait for "
+                "a response.done",
+                code="too_many_active_responses",
+            )
+        self._respond(out, in_conversation, inputs, metadata)
+
+    def _response_inputs(
+        self, value: list[protocol.NewItem | protocol.ItemReference] | None
+    ) -> list[_Item] | None:
+        if value is None:
+            return None
+        out: list[_Item] = []
+        for n, given in enumerate(value):
+            if isinstance(given, protocol.ItemReference):
+                out.append(self.items[self._index(given.id)])
+                continue
+            data, audio = self._parse_item(given)
+            if audio:
+                raise ProtocolError(
+                    "input_audio in response.input needs a transcript; add audio items to the "
+                    "conversation with conversation.item.create",
+                    param=f"response.input[{n}]",
+                )
+            item = _Item(data)
+            item.transcribed.set_result(0.0)
+            out.append(item)
+        return out
+
+    def _respond(
+        self,
+        out: OutputConfig,
+        in_conversation: bool = True,
+        inputs: list[_Item] | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> Response:
+        def items() -> list[_Item]:
+            return list(self.items) if inputs is None else inputs
+
+        async def wait_inputs() -> float | None:
+            waited = [i for i in items() if not i.transcribed.done()]
+            if waited:
+                await asyncio.gather(*(i.transcribed for i in waited))
+            users = [i for i in items() if i.data["role"] == "user"]
+            last = users[-1] if users else None
+            if last is not None and any(p["type"] == "input_audio" for p in last.data["content"]):
+                return last.transcribed.result()
+            return None
+
+        def add_item(data: dict[str, Any]) -> str | None:
+            item = _Item(data)
+            item.transcribed.set_result(0.0)  # nothing to wait for in an answer
+            return self._insert(item)
+
+        response: Response
+
+        def finish_item(data: dict[str, Any]) -> str | None:
+            for item in self.items:
+                if item.id == data["id"]:
+                    item.data = data
+                    item.speaker = response.speaker
+            return self._previous_of(data["id"])
+
+        response = Response(
+            state=self.state,
+            synth=lambda: synthesizer(self.conn.app),
+            send=self.conn.send,
+            out=out,
+            messages=lambda: _messages(out.instructions, items()),
+            in_conversation=in_conversation,
+            add_item=add_item,
+            finish_item=finish_item,
+            wait_inputs=wait_inputs,
+            metadata=metadata,
+        )
+        self.responses = [r for r in self.responses if r.active or r.playing(time.monotonic())]
+        self.responses.append(response)
+        response.start()
+        return response
+
+    async def _respond_after(self, active: Response | None) -> None:
+        """A VAD turn's response, once the conversation's active one (if any) is done."""
+        if active is not None and active.task is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(active.task)
+        if not self._closed and self._active() is None:
+            self._respond(copy.deepcopy(self.rt.output))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _response_cancel(self, raw: dict[str, Any]) -> None:
+        wanted = protocol.ResponseCancel.parse(raw).response_id
+        target = None
+        for r in self.responses:
+            if r.active and (r.id == wanted if wanted else r.in_conversation):
+                target = r
+        if target is None:
+            raise ProtocolError(
+                "there is no active response to cancel"
+                + (f" with id '{wanted}'" if wanted else ""),
+                code="response_cancel_not_active",
+            )
+        await target.cancel("client_cancelled")
+
+    async def _output_clear(self, ev: dict[str, Any]) -> None:
+        await self._interrupt("client_cancelled")
+
+    async def _interrupt(self, reason: str) -> bool:
+        """Barge-in: stop what is being said, clear the output audio, keep what was heard."""
+        now = time.monotonic()
+        playing = [r for r in self.responses if r.playing(now) or (r.active and r.in_conversation)]
+        for r in playing:
+            heard = r.heard_ms(now)
+            if r.active:
+                await r.cancel(reason)
+            if r.audio:
+                self.conn.send(event("output_audio_buffer.cleared", response_id=r.id))
+            if r.audio and r.in_conversation and r.speaker is not None:
+                for item in self.items:
+                    if item.id == r.item_id:
+                        self._truncate(item, min(heard, int(r.speaker.seconds * 1000)))
+        return bool(playing)
+
+    # ---------------------------------------------------------- stream events
+    def _on_event(self, ev: StreamEvent) -> None:
+        if not self._closed:
+            self._queue.put_nowait(ev)
+
+    async def _run_events(self) -> None:
+        while True:
+            ev = await self._queue.get()
+            try:
+                await self._handle_stream_event(ev)
+            except ProtocolError as exc:
+                self.conn.send_error(exc)
+
+    async def _handle_stream_event(self, ev: StreamEvent) -> None:
+        if isinstance(ev, SpeechStarted):
+            super()._on_event(ev)
+            if self.config.turn_detection is not None and self.rt.interrupt_response:
+                await self._interrupt("turn_detected")
+        elif isinstance(ev, Committed):
+            item_id = self._item_id(ev.item)
+            data = {
+                "id": item_id,
+                "object": "realtime.item",
+                "type": "message",
+                "role": "user",
+                "status": "completed",
+                "content": [{"type": "input_audio", "transcript": None}],
+            }
+            item = _Item(data)
+            previous = self._insert(item)
+            self._previous = previous
+            if not ev.auto:
+                self._commits_made += 1
+                if self._commits_made >= self._commits_asked:
+                    self._caught_up.set()
+            super()._on_event(ev)  # input_audio_buffer.committed, then any held deltas
+            self.conn.send(event("conversation.item.added", previous_item_id=previous, item=data))
+            self._items_by_stream[ev.item] = item
+            if ev.auto and self.rt.create_response:
+                # not awaited here: the active response may be waiting for a transcript that
+                # only this loop can deliver
+                self._spawn(self._respond_after(self._active()))
+        elif isinstance(ev, Completed):
+            item = self._items_by_stream.pop(ev.item, None)
+            super()._on_event(ev)
+            if item is not None:
+                item.data["content"][0]["transcript"] = ev.transcript
+                if not item.transcribed.done():
+                    item.transcribed.set_result((time.monotonic() - item.committed_at) * 1000)
+                if any(i is item for i in self.items):
+                    self.conn.send(
+                        event(
+                            "conversation.item.done",
+                            previous_item_id=self._previous_of(item.id),
+                            item=item.data,
+                        )
+                    )
+        elif isinstance(ev, (SpeechStopped, Final, Cleared, StreamFailed)):
+            if isinstance(ev, StreamFailed):
+                self._caught_up.set()
+            super()._on_event(ev)
+
+
+async def _decode_parts(encoded: list[tuple[int, Any]]) -> list[tuple[int, bytes]]:
+    """Decode items' base64 audio; megabytes of it on a worker thread, not the event loop."""
+
+    def decode() -> list[tuple[int, bytes]]:
+        return [(index, protocol.decode_audio(audio)) for index, audio in encoded]
+
+    size = sum(len(audio) for _, audio in encoded if isinstance(audio, str))
+    return await run_in_threadpool(decode) if size > OFF_LOOP_CHARS else decode()
+
+
+def _messages(instructions: str, items: list[_Item]) -> list[dict[str, Any]]:
+    """The conversation as chat messages: instructions first, user audio as its transcript,
+    assistant audio as its (possibly truncated) transcript; empty turns are left out."""
+    messages: list[dict[str, Any]] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    for item in items:
+        data = item.data
+        texts = []
+        for part in data["content"]:
+            text = part.get("text") if "text" in part else part.get("transcript")
+            if text:
+                texts.append(text)
+        if texts:
+            messages.append({"role": data["role"], "content": " ".join(texts)})
+    return messages
+
+
+__all__ = ["ConversationSession"]

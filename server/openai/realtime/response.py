@@ -1,0 +1,375 @@
+"""One realtime response: the chat engine's answer as GA Realtime events, spoken or written.
+
+Order of events (audio; text swaps the audio/transcript events for `response.output_text.*`):
+`response.created`, then (once the user's audio items are transcribed)
+`response.output_item.added`, `conversation.item.added`, `response.content_part.added`,
+`response.output_audio_transcript.delta` and `response.output_audio.delta` as text and
+speech are made, `response.output_audio.done`, `response.output_audio_transcript.done`,
+`response.content_part.done`, `response.output_item.done`, `conversation.item.done`,
+`response.done`. Reasoning is never spoken or written into the item: it goes out as
+`response.reasoning.delta` (a llamactl extension) and can be ended early through
+`POST /v1/chat/completions/control` with this response's id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from llamactl import (
+    ChatRequest,
+    ChatStream,
+    ContentDelta,
+    Done,
+    LlamactlError,
+    ReasoningDelta,
+    ToolCallDelta,
+)
+
+from ...common import sampling_params
+from ...state import ServerState
+from ..chat import serving as chat_serving
+from ..voices import openai_voice
+from .conversation_config import OutputConfig
+from .events import event, new_id
+from .speaker import Speaker
+
+log = logging.getLogger("llamactl.server.openai.realtime")
+
+STATUS_REASONS = {"turn_detected", "client_cancelled"}
+
+
+class Response:
+    """Created by the session; `run()` is its whole life, `cancel()` ends it early."""
+
+    def __init__(
+        self,
+        *,
+        state: ServerState,
+        synth: Callable[[], Any],
+        send: Callable[[dict[str, Any]], None],
+        out: OutputConfig,
+        messages: Callable[[], list[dict[str, Any]]],
+        in_conversation: bool,
+        add_item: Callable[[dict[str, Any]], str | None],
+        finish_item: Callable[[dict[str, Any]], str | None],
+        wait_inputs: Callable[[], Awaitable[float | None]],
+        metadata: dict[str, str] | None,
+    ) -> None:
+        self.id = new_id("resp_")
+        self.item_id = new_id("item_")
+        self.state = state
+        self._synth = synth
+        self._send = send
+        self.out = out
+        self._messages = messages
+        self.in_conversation = in_conversation
+        self._add_item = add_item
+        self._finish_item = finish_item
+        self._wait_inputs = wait_inputs
+        self.client_metadata = dict(metadata or {})
+        self.audio = out.modalities == ["audio"]
+        self.status = "in_progress"
+        self.reason: str | None = None
+        self.error: dict[str, Any] | None = None
+        self.text = ""
+        self.chat: ChatStream | None = None
+        self.speaker: Speaker | None = None
+        self.usage: dict[str, Any] | None = None
+        self.created_at = time.monotonic()
+        self.first_text_at: float | None = None
+        self.first_audio_at: float | None = None
+        self.transcription_ms: float | None = None
+        self.item: dict[str, Any] | None = None
+        self._cancel = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------ control
+    @property
+    def active(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+    def playing(self, now: float) -> bool:
+        """Is the listener (by a real-time playback clock) still hearing this response?"""
+        if not self.audio:
+            return False
+        if self.active:
+            return True
+        if self.first_audio_at is None or self.speaker is None:
+            return False
+        return now - self.first_audio_at < self.speaker.seconds
+
+    def heard_ms(self, now: float) -> int:
+        if self.first_audio_at is None or self.speaker is None:
+            return 0
+        return int(min(self.speaker.seconds, now - self.first_audio_at) * 1000)
+
+    async def cancel(self, reason: str) -> None:
+        """End now (`response.done` with status `cancelled`) and wait for it."""
+        if self.active and self.reason is None:
+            self.reason = reason
+            self._cancel.set()
+            if self.chat is not None:
+                self.chat.cancel()
+            if self.speaker is not None:
+                await self.speaker.cancel()
+        if self.task is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(self.task)
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self.run())
+
+    # ------------------------------------------------------------- events
+    def _emit(self, type_: str, **fields: Any) -> None:
+        self._send(event(type_, **fields))
+
+    def _part_fields(self) -> dict[str, Any]:
+        return {
+            "response_id": self.id,
+            "item_id": self.item_id,
+            "output_index": 0,
+            "content_index": 0,
+        }
+
+    def response_object(self) -> dict[str, Any]:
+        out = self.out
+        return {
+            "object": "realtime.response",
+            "id": self.id,
+            "status": self.status,
+            "status_details": self._status_details(),
+            "output": [self.item] if self.item is not None else [],
+            "conversation_id": "conv_default" if self.in_conversation else None,
+            "output_modalities": list(out.modalities),
+            "max_output_tokens": "inf" if out.max_output_tokens is None else out.max_output_tokens,
+            "audio": {
+                "output": {
+                    "format": {"type": "audio/pcm", "rate": out.rate},
+                    "voice": out.voice,
+                }
+            },
+            "usage": self.usage,
+            "metadata": self._metadata(),
+        }
+
+    def _status_details(self) -> dict[str, Any] | None:
+        if self.status == "in_progress":
+            return None
+        details: dict[str, Any] = {"type": self.status}
+        if self.reason is not None:
+            details["reason"] = self.reason
+        if self.error is not None:
+            details["error"] = self.error
+        return details
+
+    def _metadata(self) -> dict[str, str] | None:
+        meta = dict(self.client_metadata)
+
+        def ms(at: float | None) -> str | None:
+            return None if at is None else str(round((at - self.created_at) * 1000))
+
+        latency = {
+            "transcription_ms": None
+            if self.transcription_ms is None
+            else str(round(self.transcription_ms)),
+            "first_text_ms": ms(self.first_text_at),
+            "first_audio_ms": ms(self.first_audio_at),
+        }
+        meta.update({k: v for k, v in latency.items() if v is not None})
+        return meta or None
+
+    def _new_item(self, status: str) -> dict[str, Any]:
+        content: dict[str, Any]
+        if self.audio:
+            content = {"type": "output_audio", "transcript": self.text}
+        else:
+            content = {"type": "output_text", "text": self.text}
+        return {
+            "id": self.item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "role": "assistant",
+            "status": status,
+            "content": [content] if status != "in_progress" else [],
+        }
+
+    # ---------------------------------------------------------------- run
+    async def run(self) -> None:
+        self._emit("response.created", response=self.response_object())
+        try:
+            await self._generate()
+        except Exception as exc:
+            log.exception("realtime response failed")
+            if self.status == "in_progress":
+                self.status = "failed"
+                self.error = {
+                    "type": "server_error",
+                    "code": "response_failed",
+                    "message": str(exc),
+                }
+        finally:
+            if self.speaker is not None and self.status != "completed":
+                await self.speaker.cancel()
+            if self.chat is not None:
+                self.chat.cancel()
+                self.state.unregister(self.id, self.chat)
+            if self.status == "in_progress":
+                self.status = "cancelled" if self.reason else "failed"
+            self._close_item()
+            self._emit("response.done", response=self.response_object())
+
+    async def _generate(self) -> None:
+        waiter = asyncio.ensure_future(self._wait_inputs())
+        stop = asyncio.ensure_future(self._cancel.wait())
+        try:
+            await asyncio.wait({waiter, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if self.reason is not None:
+            waiter.cancel()
+            return
+        self.transcription_ms = waiter.result()
+        self.chat = self._start_chat()
+        if self.chat is None:
+            return
+        self.item = self._new_item("in_progress")
+        self._emit(
+            "response.output_item.added", response_id=self.id, output_index=0, item=self.item
+        )
+        if self.in_conversation:
+            previous = self._add_item(self.item)
+            self._emit("conversation.item.added", previous_item_id=previous, item=self.item)
+        part = {"type": "audio", "transcript": ""} if self.audio else {"type": "text", "text": ""}
+        self._emit("response.content_part.added", **self._part_fields(), part=part)
+        if self.audio:
+            self.speaker = Speaker(
+                self._synth(),
+                voice=openai_voice(self.out.voice),
+                speed=self.out.speed,
+                rate=self.out.rate,
+                send=self._send_audio,
+            )
+        done: Done | None = None
+        reasoning = ""
+        async for ev in self.chat:
+            if isinstance(ev, ContentDelta):
+                self._on_text(ev.text)
+            elif isinstance(ev, ReasoningDelta):
+                reasoning += ev.text
+                self._emit("response.reasoning.delta", response_id=self.id, delta=ev.text)
+            elif isinstance(ev, ToolCallDelta):
+                continue  # sessions refuse tools, so none are asked for
+            elif isinstance(ev, Done):
+                done = ev
+        if reasoning:
+            self._emit("response.reasoning.done", response_id=self.id, text=reasoning)
+        if done is not None:
+            self.usage = _usage(done)
+        if self.reason is not None:
+            return
+        if self.speaker is not None:
+            await self.speaker.finish()
+            if self.speaker.error is not None and self.reason is None:
+                raise self.speaker.error
+        if self.reason is not None:
+            return
+        if done is not None and done.finish_reason == "length":
+            self.status, self.reason = "incomplete", "max_output_tokens"
+        elif done is not None and done.finish_reason == "error":
+            self.status = "failed"
+            self.error = {"type": "server_error", "code": "generation_failed", "message": ""}
+        else:
+            self.status = "completed"
+
+    def _start_chat(self) -> ChatStream | None:
+        state, out = self.state, self.out
+        try:
+            if not state.ready:
+                raise LlamactlError(state.load_error or "the model is still loading")
+            request = ChatRequest(
+                messages=self._messages(),
+                sampling=sampling_params(state, temperature=out.temperature),
+                max_tokens=out.max_output_tokens or state.settings.max_tokens,
+                add_generation_prompt=True,
+                continue_final_message=False,
+            )
+            chat = state.chat.start(request)
+        except Exception as exc:  # a prompt too long for the context, a template error...
+            self.status = "failed"
+            self.error = {
+                "type": "invalid_request_error",
+                "code": "response_failed",
+                "message": str(exc),
+            }
+            return None
+        chat_serving.allow_control(chat)
+        state.register(self.id, chat)
+        return chat
+
+    def _on_text(self, text: str) -> None:
+        if not text:
+            return
+        if self.first_text_at is None:
+            self.first_text_at = time.monotonic()
+        self.text += text
+        kind = (
+            "response.output_audio_transcript.delta" if self.audio else "response.output_text.delta"
+        )
+        self._emit(kind, **self._part_fields(), delta=text)
+        if self.speaker is not None:
+            self.speaker.feed(text)
+
+    def _send_audio(self, pcm: bytes) -> None:
+        if self.first_audio_at is None:
+            self.first_audio_at = time.monotonic()
+        self._emit(
+            "response.output_audio.delta",
+            **self._part_fields(),
+            delta=base64.b64encode(pcm).decode(),
+        )
+
+    def _close_item(self) -> None:
+        """The `.done` events of whatever was opened, in reverse order of opening."""
+        if self.item is None:
+            return
+        fields = self._part_fields()
+        if self.audio:
+            self._emit("response.output_audio.done", **fields)
+            self._emit("response.output_audio_transcript.done", **fields, transcript=self.text)
+            part = {"type": "audio", "transcript": self.text}
+        else:
+            self._emit("response.output_text.done", **fields, text=self.text)
+            part = {"type": "text", "text": self.text}
+        self._emit("response.content_part.done", **fields, part=part)
+        self.item = self._new_item("completed" if self.status == "completed" else "incomplete")
+        self._emit("response.output_item.done", response_id=self.id, output_index=0, item=self.item)
+        if self.in_conversation:
+            previous = self._finish_item(self.item)
+            self._emit("conversation.item.done", previous_item_id=previous, item=self.item)
+
+
+def _usage(done: Done) -> dict[str, Any]:
+    u = done.usage
+    return {
+        "total_tokens": u.prompt_tokens + u.completion_tokens,
+        "input_tokens": u.prompt_tokens,
+        "output_tokens": u.completion_tokens,
+        "input_token_details": {
+            "text_tokens": u.prompt_tokens,
+            "audio_tokens": 0,
+            "image_tokens": 0,
+            "cached_tokens": u.cached_tokens,
+            "cached_tokens_details": {
+                "text_tokens": u.cached_tokens,
+                "audio_tokens": 0,
+                "image_tokens": 0,
+            },
+        },
+        "output_token_details": {"text_tokens": u.completion_tokens, "audio_tokens": 0},
+    }

@@ -1,0 +1,1 @@
+"""The speech services several API families share: synthesis and transcription."""

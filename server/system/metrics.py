@@ -1,0 +1,104 @@
+"""`GET /metrics`: Prometheus text (only with `--metrics`)."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse
+
+from llamactl import DecisionEngine, Engine
+
+from ..services import not_supported
+from ..state import ServerState
+from .engine_of import loaded_engine
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+@router.get("/metrics", tags=["metrics"], response_class=PlainTextResponse)
+def metrics(request: Request) -> PlainTextResponse:
+    """Prometheus text format; only with --metrics."""
+    state: ServerState = request.app.state.llamactl
+    if not state.settings.metrics:
+        raise not_supported(
+            "This server does not support metrics endpoint. Start it with --metrics"
+        )
+    eng = loaded_engine(state)
+    st = eng.stats
+    uptime = max(time.time() - state.metrics.started, 1e-9)
+    gen_rate = st.tokens_generated / st.decode_seconds if st.decode_seconds else 0.0
+    rows = [
+        ("requests_total", "counter", "Generation requests accepted", st.requests_total),
+        ("tokens_predicted_total", "counter", "Tokens generated", st.tokens_generated),
+        ("prompt_tokens_total", "counter", "Prompt tokens decoded", st.prompt_tokens_processed),
+        (
+            "prompt_tokens_cached_total",
+            "counter",
+            "Prompt tokens reused from the cache",
+            st.prompt_tokens_cached,
+        ),
+        ("decode_calls_total", "counter", "llama_decode calls", st.decode_calls),
+        (
+            "predicted_tokens_seconds",
+            "gauge",
+            "Generated tokens per second of decode time",
+            gen_rate,
+        ),
+        ("requests_processing", "gauge", "Busy slots", eng.busy_slots),
+        ("requests_deferred", "gauge", "Requests waiting for a slot", eng.queue_depth),
+        ("slots_total", "gauge", "Slots", eng.config.n_parallel),
+        ("uptime_seconds", "gauge", "Seconds since the server started", uptime),
+    ]
+    rows += _cache_rows(eng)
+    lines = []
+    for name, kind, help_text, value in rows:
+        lines += [
+            f"# HELP llamactl:{name} {help_text}",
+            f"# TYPE llamactl:{name} {kind}",
+            f"llamactl:{name} {value}",
+        ]
+    lines += _speculator_lines(eng)
+    for route, count in sorted(state.metrics.http_requests.items()):
+        lines.append(f'llamactl:http_requests_total{{route="{route}"}} {count}')
+    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+
+def _cache_rows(eng: Engine | DecisionEngine) -> list[tuple[str, str, str, float]]:
+    """The prompt cache's and checkpoints' counters (none when the cache is off)."""
+    # A decision model's scoring engine keeps neither cache nor checkpoints
+    rows: list[tuple[str, str, str, float]] = [
+        ("checkpoints_total", "counter", "Context checkpoints made", eng.stats.checkpoints_made)
+    ]
+    cache = eng.cache if isinstance(eng, Engine) else None
+    if cache is None:
+        return rows
+    st = cache.stats
+    return rows + [
+        ("prompt_cache_entries", "gauge", "Sequence states in the RAM cache", len(cache)),
+        ("prompt_cache_bytes", "gauge", "Bytes held by the RAM prompt cache", cache.nbytes),
+        ("prompt_cache_saves_total", "counter", "States saved to the cache", st.saves),
+        ("prompt_cache_restores_total", "counter", "States restored from the cache", st.restores),
+        ("prompt_cache_evictions_total", "counter", "States evicted for room", st.evictions),
+    ]
+
+
+def _speculator_lines(eng: Engine | DecisionEngine) -> list[str]:
+    """Per-speculator counters, labelled by type (none without --spec-type)."""
+    speculators = eng.speculators if isinstance(eng, Engine) else None  # none when scoring
+    if not speculators:
+        return []
+    metrics = [
+        ("spec_drafts_total", "Drafts verified", "drafts"),
+        ("spec_drafts_accepted_total", "Drafts with at least one token kept", "accepted_drafts"),
+        ("spec_tokens_drafted_total", "Tokens drafted", "drafted"),
+        ("spec_tokens_accepted_total", "Drafted tokens kept", "accepted"),
+    ]
+    lines = []
+    for name, help_text, attr in metrics:
+        lines += [f"# HELP llamactl:{name} {help_text}", f"# TYPE llamactl:{name} counter"]
+        for spec in speculators:
+            lines.append(f'llamactl:{name}{{type="{spec.name}"}} {getattr(spec.stats, attr)}')
+    return lines
