@@ -4,7 +4,9 @@ The model loads on a background thread so `/health` can answer 503 while it load
 as llama-server does. The loader chooses once what the model serves: `chat` and its `engine`
 for a chat model, `decisions` for a decision model; the others stay None, and a route that
 needs one asks through `require_chat` / `require_decisions`, which answer the spec's 501.
-`transcription` and `speech` are made from the settings on first use.
+`transcription` and `speech` are made from the settings on first use. An API family keeps its own
+state (the Responses store, the live Realtime sessions) through `family_state`, so this module
+imports no family.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from llamactl import (
     AudioService,
@@ -42,6 +45,8 @@ from .services import NOT_A_DECISION_MODEL, not_generating, require
 __all__ = ["Metrics", "ServerState"]
 
 log = logging.getLogger("llamactl.server")
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -84,6 +89,8 @@ class ServerState:
             lambda: open_speech(settings), Synthesizer.close, remembered=(CannotSpeakError,)
         )
         self.load_error: str | None = None
+        self._families: dict[type, object] = {}
+        self._families_lock = threading.Lock()
         self._engine_factory = engine_factory or _default_engine
         self._live: dict[str, list[ChatStream]] = {}
         self._live_lock = threading.Lock()
@@ -133,6 +140,16 @@ class ServerState:
         self.speech.close()
 
     # ------------------------------------------------------------- services
+    def family_state(self, kind: type[T]) -> T:
+        """The one `kind()` of this server (made on first use, from any thread): state that
+        only one API family reads lives with it, not in this class."""
+        with self._families_lock:
+            found = self._families.get(kind)
+            if found is None:
+                found = self._families[kind] = kind()
+        assert isinstance(found, kind)
+        return found
+
     def require_chat(self) -> ChatModel:
         """The chat model, or the 501 of a model that does not generate text."""
         decision_type = self.decisions.decision_type if self.decisions is not None else None

@@ -20,12 +20,12 @@ from llamactl.server.openai.responses.convert import (
 )
 from llamactl.server.openai.responses.output import OutputBuilder, output_text
 from llamactl.server.openai.responses.protocol import (
-    ITEM,
+    InputItem,
     ReasoningConfig,
     ResponsesRequest,
 )
 from llamactl.server.openai.responses.store import ResponseStore, StoredResponse
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from llamactl.engine.types import (
     ContentDelta,
@@ -39,8 +39,11 @@ from llamactl.engine.types import (
 # ============================================================================ pure parts
 
 
+INPUT_ITEM: TypeAdapter[Any] = TypeAdapter(InputItem)
+
+
 def items(*raw: dict[str, Any]) -> list[Any]:
-    return [ITEM.validate_python(r) for r in raw]
+    return [INPUT_ITEM.validate_python(r) for r in raw]
 
 
 def test_items_become_chat_messages():

@@ -3,6 +3,7 @@ path, not only the first route's (each path here is served by one route per meth
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from typing import Any
 
 from starlette.routing import Match
@@ -12,7 +13,7 @@ __all__ = ["allowed_methods"]
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 
-def allowed_methods(scope: dict[str, Any], routes: Any) -> str:
+def allowed_methods(scope: MutableMapping[str, Any], routes: Any) -> str:
     """Ask the routes, method by method, whether they would take this request: the router
     matches routes of included routers itself, so the probe needs none of its internals."""
     allowed = []

@@ -37,6 +37,8 @@ def free_port() -> int:
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
     """Linux: the child gets SIGTERM if the router dies without stopping it (kill -9)."""
+    if _LIBC is None:
+        return
     with contextlib.suppress(Exception):
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 

@@ -115,7 +115,7 @@ def model_member(body: bytes) -> tuple[str, int, int] | None:  # also runs in th
         return None
     if found is None or not isinstance(found[0], str) or not found[0]:
         return None
-    name, start, end = found
+    name, start, end = found[0], found[1], found[2]
     if not text.isascii():  # character offsets to byte offsets
         start, end = len(text[:start].encode()), len(text[:end].encode())
     return name, start, end

@@ -108,7 +108,7 @@ class WebSocketProxy:
             except InvalidStatus as e:
                 resp = e.response
                 ctype = resp.headers.get("content-type", "application/json").encode("latin-1")
-                await deny(scope, send, resp.status_code, resp.body or b"", ctype)
+                await deny(scope, send, resp.status_code, bytes(resp.body or b""), ctype)
                 return
             except (OSError, InvalidHandshake, TimeoutError) as e:
                 message = f"model '{state.spec.name}' refused the websocket: {e}"
@@ -144,7 +144,7 @@ async def _pump(receive: Receive, send: Send, upstream: ClientConnection) -> Non
                     except ConnectionClosed:
                         return  # from_child relays the child's close
                 elif message["type"] == "websocket.disconnect":
-                    code = message.get("code", 1000)
+                    code: int = message.get("code") or 1000
                     reason = message.get("reason") or ""
                     await upstream.close(_RESERVED_CLOSE.get(code, code), reason)
                     tg.cancel_scope.cancel()

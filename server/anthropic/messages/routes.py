@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
@@ -19,7 +21,7 @@ from .serving import (
 
 router = APIRouter(tags=["anthropic"], route_class=PreparedBodyRoute)
 
-_STREAM_DOC = {
+_STREAM_DOC: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The message, or with `stream: true` Anthropic's server-sent events",
         "content": {"text/event-stream": {}},

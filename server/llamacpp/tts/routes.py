@@ -56,13 +56,15 @@ async def create_tts(request: Request) -> Response:
         form = await request.form(max_part_size=MAX_BODY)
         fields: dict[str, Any] = {}
         for key, value in form.multi_items():
-            if hasattr(value, "read"):  # a file part: Starlette spools it without a bound
-                value = await value.read(MAX_BODY + 1)
-                if len(value) > MAX_BODY:
-                    raise APIError(
-                        413, f"Field '{key}': a file part holds {MAX_BODY // 2**20} MiB at most"
-                    )
-            fields[key] = value
+            if isinstance(value, str):
+                fields[key] = value
+                continue
+            data = await value.read(MAX_BODY + 1)  # Starlette spools a file part unbounded
+            if len(data) > MAX_BODY:
+                raise APIError(
+                    413, f"Field '{key}': a file part holds {MAX_BODY // 2**20} MiB at most"
+                )
+            fields[key] = data
         req = await run_in_threadpool(parse_tts, fields, form=True)
     else:
         req = await run_in_threadpool(_parse_json, await request.body())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -22,7 +22,7 @@ router = APIRouter(tags=["audio"])
 
 # The default upload bound, for the body-limit middleware; the route itself reads the setting.
 
-_DOC = {
+_DOC: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "`json` / `verbose_json`: a transcription object; `text`, `srt`, `vtt`: "
         "text; with `stream=true`, server-sent events `transcript.text.delta` then "

@@ -127,7 +127,7 @@ def usage_of(requests: list[list[Done]]) -> dict[str, Any]:
     for dones in requests:
         p, c, k = total_usage(dones)
         prompt, cached, completion = prompt + p, cached + c, completion + k
-        reasoning += sum(getattr(d.usage, "reasoning_tokens", 0) for d in dones)
+        reasoning += sum(d.usage.reasoning_tokens for d in dones)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,

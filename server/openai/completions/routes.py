@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
@@ -14,7 +16,7 @@ from .protocol import CompletionRequest, TextCompletion
 
 router = APIRouter(tags=["openai"], route_class=PreparedBodyRoute)
 
-_STREAM_DOC = {
+_STREAM_DOC: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "A `text_completion`, or with `stream: true` server-sent events: "
         "`data: <text_completion>` chunks, `:` pings while idle, then `data: [DONE]`",

@@ -27,6 +27,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 from llamactl.realtime import protocol
 from llamactl.realtime.errors import ProtocolError
 
+from ...state import ServerState
 from .events import event
 from .session import RealtimeSession
 from .wire import OFF_LOOP_CHARS, decode_event, encode_event
@@ -37,7 +38,6 @@ MAX_EVENT_BYTES = 24 * 1024 * 1024
 MAX_QUEUED_BYTES = 32 * 1024 * 1024  # server events a client may leave unread (~8 min of audio)
 CLOSE_NOT_READING = 1008  # policy violation: the client does not read what it is sent
 CLOSE_TRY_LATER = 1013
-_LIVE = "llamactl_realtime_sessions"  # app.state: connections being served now
 _CLOSE_TIMEOUT = 2.0
 
 
@@ -49,9 +49,11 @@ def session_kinds() -> dict[str, type[RealtimeSession]]:
     return {"transcription": TranscriptionSession, "realtime": ConversationSession}
 
 
-def _max_sessions(app: Any) -> int | None:
-    settings = getattr(getattr(app.state, "llamactl", None), "settings", None)
-    return getattr(settings, "realtime_max_sessions", None)
+class LiveSessions:
+    """The server's Realtime connections being served now (counted on the event loop)."""
+
+    def __init__(self) -> None:
+        self.count = 0
 
 
 class Connection:
@@ -118,16 +120,17 @@ class Connection:
     # ------------------------------------------------------------------ run
     async def run(self, kind: str) -> None:
         await self.ws.accept()
-        limit = _max_sessions(self.app)
-        live = getattr(self.app.state, _LIVE, 0)
-        if limit is not None and live >= limit:
+        state: ServerState = self.app.state.llamactl
+        limit = state.settings.realtime_max_sessions
+        live = state.family_state(LiveSessions)
+        if live.count >= limit:
             await self._refuse_busy(limit)
             return
-        setattr(self.app.state, _LIVE, live + 1)
+        live.count += 1
         try:
             await self._serve(kind)
         finally:
-            setattr(self.app.state, _LIVE, getattr(self.app.state, _LIVE, 1) - 1)
+            live.count -= 1
 
     async def _refuse_busy(self, limit: int) -> None:
         """Every session holds a stream and a share of the speech worker: past

@@ -622,18 +622,18 @@ class ConversationSession(TranscriptionSession):
                 # only this loop can deliver
                 self._spawn(self._respond_after(self._active()))
         elif isinstance(ev, Completed):
-            item = self._items_by_stream.pop(ev.item, None)
+            heard = self._items_by_stream.pop(ev.item, None)
             super()._on_event(ev)
-            if item is not None:
-                item.data["content"][0]["transcript"] = ev.transcript
-                if not item.transcribed.done():
-                    item.transcribed.set_result((time.monotonic() - item.committed_at) * 1000)
-                if any(i is item for i in self.items):
+            if heard is not None:
+                heard.data["content"][0]["transcript"] = ev.transcript
+                if not heard.transcribed.done():
+                    heard.transcribed.set_result((time.monotonic() - heard.committed_at) * 1000)
+                if any(i is heard for i in self.items):
                     self.conn.send(
                         event(
                             "conversation.item.done",
-                            previous_item_id=self._previous_of(item.id),
-                            item=item.data,
+                            previous_item_id=self._previous_of(heard.id),
+                            item=heard.data,
                         )
                     )
         elif isinstance(ev, (SpeechStopped, Final, Cleared, StreamFailed)):

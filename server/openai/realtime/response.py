@@ -299,7 +299,7 @@ class Response:
                 add_generation_prompt=True,
                 continue_final_message=False,
             )
-            chat = state.chat.start(request)
+            chat = state.require_chat().start(request)
         except Exception as exc:  # a prompt too long for the context, a template error...
             self.status = "failed"
             self.error = {

@@ -35,6 +35,7 @@ from llamactl import (
 from llamactl.realtime import protocol
 
 from ...speech.transcription import audio_service
+from ...state import ServerState
 from .events import event, new_id
 from .session import RealtimeSession
 from .transcription_config import TranscriptionConfig, merge
@@ -56,8 +57,8 @@ class TranscriptionSession(RealtimeSession):
         self._held: dict[int, list[dict[str, Any]]] = {}
         self._previous: str | None = None
         self._closed = False
-        settings = getattr(getattr(conn.app.state, "llamactl", None), "settings", None)
-        self._max_buffered_seconds = getattr(settings, "realtime_max_buffer_seconds", None)
+        state: ServerState = conn.app.state.llamactl
+        self._max_buffered_seconds = state.settings.realtime_max_buffer_seconds
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:

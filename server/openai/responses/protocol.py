@@ -1,61 +1,79 @@
 """Request bodies of the Responses API, as pydantic models (the OpenAPI schema is the contract).
 
 Items and content parts are unions keyed by `type`. Pydantic would name a failing union branch
-in the error location (`input.list[...].0.message.role`), so `_by_type` dispatches on `type`
+in the error location (`input.list[...].0.message.role`), so `ByType` dispatches on `type`
 itself: errors then read `Field 'input.0.role': ...`, and the schema still lists every shape.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypeAlias, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, WrapValidator
-from pydantic_core import PydanticCustomError
-
-
-def _by_type(
-    what: str,
-    kinds: dict[str, type[BaseModel]],
-    *,
-    default: str | None = None,
-    fallback: type[BaseModel] | None = None,
-) -> Any:
-    """A union of `kinds` chosen by the value's `type` (or `default` when it has none)."""
-    models = tuple(dict.fromkeys(kinds.values()))
-
-    def validate(value: Any, _handler: Any) -> Any:
-        if isinstance(value, models):
-            return value
-        if not isinstance(value, dict):
-            raise PydanticCustomError("object_type", f"each {what} must be an object")
-        kind = value.get("type", default)
-        model = kinds.get(kind) if isinstance(kind, str) else None
-        if model is None and fallback is not None and isinstance(kind, str):
-            model = fallback
-        if model is None:
-            raise PydanticCustomError(
-                "unknown_type",
-                "Cannot determine type of '{what}': 'type' must be one of {kinds}, got {got}",
-                {"what": what, "kinds": ", ".join(sorted(kinds)), "got": repr(kind)},
-            )
-        return model.model_validate(value)
-
-    members = (*models, fallback) if fallback is not None else models
-    return Annotated[Union[members], WrapValidator(validate)]  # noqa: UP007
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, TypeAdapter
+from pydantic_core import PydanticCustomError, core_schema
 
 
-def _str_or_list(item: Any, what: str) -> Any:
-    """`str | list[item]` with errors located inside the list, not at a union branch."""
-    adapter = TypeAdapter(list[item])
+@dataclass(frozen=True)
+class ByType:
+    """Annotates a union of models: the value's `type` (or `default`) picks the member. Each
+    member's `type` is a `Literal` of the names it takes; a member whose `type` is a plain `str`
+    takes every other name (hosted tools)."""
 
-    def validate(value: Any, _handler: Any) -> Any:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, list):
-            return adapter.validate_python(value)
-        raise PydanticCustomError("str_or_list", f"{what} must be a string or a list")
+    what: str
+    default: str | None = None
 
-    return Annotated[Union[str, list[item]], WrapValidator(validate)]  # noqa: UP007
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        kinds: dict[str, type[BaseModel]] = {}
+        fallback: type[BaseModel] | None = None
+        for model in get_args(source):
+            names = get_args(model.model_fields["type"].annotation)
+            if names:
+                kinds.update(dict.fromkeys(names, model))
+            else:
+                fallback = model
+        models = get_args(source)
+        what, default = self.what, self.default
+
+        def validate(value: Any, _handler: Any) -> Any:
+            if isinstance(value, models):
+                return value
+            if not isinstance(value, dict):
+                raise PydanticCustomError("object_type", f"each {what} must be an object")
+            kind = value.get("type", default)
+            model = kinds.get(kind) if isinstance(kind, str) else None
+            if model is None and fallback is not None and isinstance(kind, str):
+                model = fallback
+            if model is None:
+                raise PydanticCustomError(
+                    "unknown_type",
+                    "Cannot determine type of '{what}': 'type' must be one of {kinds}, got {got}",
+                    {"what": what, "kinds": ", ".join(sorted(kinds)), "got": repr(kind)},
+                )
+            return model.model_validate(value)
+
+        return core_schema.no_info_wrap_validator_function(validate, handler(source))
+
+
+@dataclass(frozen=True)
+class StrOrList:
+    """Annotates `str | list[item]`: errors are located inside the list, not at a union branch."""
+
+    what: str
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        listed = next(arg for arg in get_args(source) if arg is not str)
+        adapter = TypeAdapter(listed)
+        what = self.what
+
+        def validate(value: Any, _handler: Any) -> Any:
+            if isinstance(value, str):
+                return value
+            if isinstance(value, list):
+                return adapter.validate_python(value)
+            raise PydanticCustomError("str_or_list", f"{what} must be a string or a list")
+
+        return core_schema.no_info_wrap_validator_function(validate, handler(source))
 
 
 class _Model(BaseModel):
@@ -99,18 +117,11 @@ class InputFile(_Model):
     filename: str | None = None
 
 
-ContentPart = _by_type(
-    "content part",
-    {
-        "input_text": InputText,
-        "output_text": OutputText,
-        "refusal": Refusal,
-        "input_image": InputImage,
-        "input_file": InputFile,
-    },
-)
-Content = _str_or_list(ContentPart, "content")
-Output = _str_or_list(ContentPart, "output")
+ContentPart: TypeAlias = Annotated[
+    InputText | OutputText | Refusal | InputImage | InputFile, ByType("content part")
+]
+Content: TypeAlias = Annotated[str | list[ContentPart], StrOrList("content")]
+Output: TypeAlias = Annotated[str | list[ContentPart], StrOrList("output")]
 
 
 # -------------------------------------------------------------------------------- items
@@ -167,19 +178,17 @@ class ItemReference(_Model):
     id: str
 
 
-InputItem = _by_type(
-    "item",
-    {
-        "message": MessageItem,
-        "function_call": FunctionCallItem,
-        "function_call_output": FunctionCallOutputItem,
-        "reasoning": ReasoningItem,
-        "item_reference": ItemReference,
-    },
-    default="message",
-)
-ITEM = TypeAdapter(InputItem)
-Input = _str_or_list(InputItem, "input")
+InputItem: TypeAlias = Annotated[
+    MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem | ItemReference,
+    ByType("item", default="message"),
+]
+# An item as the conversation keeps it: references resolved to what they name
+ResolvedItem: TypeAlias = Annotated[
+    MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem,
+    ByType("item", default="message"),
+]
+RESOLVED_ITEM: TypeAdapter[ResolvedItem] = TypeAdapter(ResolvedItem)
+Input: TypeAlias = Annotated[str | list[InputItem], StrOrList("input")]
 
 # ------------------------------------------------------------------------------- tools
 
@@ -199,7 +208,7 @@ class OtherTool(BaseModel):
     type: str
 
 
-Tool = _by_type("tool", {"function": FunctionTool}, fallback=OtherTool)
+Tool: TypeAlias = Annotated[FunctionTool | OtherTool, ByType("tool")]
 
 
 # ----------------------------------------------------------------- text and reasoning
@@ -221,14 +230,9 @@ class TextFormatJSONSchema(_Model):
     strict: bool | None = None
 
 
-TextFormat = _by_type(
-    "text.format",
-    {
-        "text": TextFormatText,
-        "json_object": TextFormatJSONObject,
-        "json_schema": TextFormatJSONSchema,
-    },
-)
+TextFormat: TypeAlias = Annotated[
+    TextFormatText | TextFormatJSONObject | TextFormatJSONSchema, ByType("text.format")
+]
 
 
 class TextConfig(_Model):

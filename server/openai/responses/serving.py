@@ -42,7 +42,7 @@ from .convert import (
     thinking,
 )
 from .output import Event, OutputBuilder, make_id
-from .protocol import ITEM, ConversationRequest, InputTokensRequest, ResponsesRequest
+from .protocol import RESOLVED_ITEM, ConversationRequest, InputTokensRequest, ResponsesRequest
 from .store import ResponseStore, StoredResponse, response_store
 
 log = logging.getLogger("llamactl.server")
@@ -77,9 +77,9 @@ def conversation(body: ConversationRequest, store: ResponseStore) -> Conversatio
             )
         history = list(previous.items)
     offset = len(history)
-    given = body.input if isinstance(body.input, list) else []
+    given: list[Any] = body.input if isinstance(body.input, list) else []
     if isinstance(body.input, str):
-        history.append(ITEM.validate_python({"role": "user", "content": body.input}))
+        history.append(RESOLVED_ITEM.validate_python({"role": "user", "content": body.input}))
     history += resolve_items(given, store.find_item)
     messages = items_to_messages(history, offset)
     if body.instructions:
@@ -214,19 +214,14 @@ class ResponseRun:
         final = self.response(status, usage=self.usage(done))
         if self.store is not None:
             items = tuple(self.conv.history) + tuple(
-                ITEM.validate_python(item) for item in self.builder.output
+                RESOLVED_ITEM.validate_python(item) for item in self.builder.output
             )
             self.store.put(StoredResponse(final, items))
         return final
 
     def usage(self, done: Done) -> dict[str, Any]:
         u = done.usage
-        reasoning = getattr(u, "reasoning_tokens", None)
-        if reasoning is None:
-            # The engine does not report it: count the reasoning text's tokens instead.
-            text = self.builder.reasoning
-            engine = self.state.require_text_engine()
-            reasoning = len(engine.tokenize(text, add_special=False)) if text else 0
+        reasoning = u.reasoning_tokens
         return {
             "input_tokens": u.prompt_tokens,
             "input_tokens_details": {"cached_tokens": u.cached_tokens},

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from ...state import ServerState
 from .convert import Item
 
 MAX_STORED_RESPONSES = 1024
@@ -62,16 +63,7 @@ class ResponseStore:
         return len(self._entries)
 
 
-_create_lock = threading.Lock()
-
-
 def response_store(app: Any) -> ResponseStore:
-    """The app's store, created on first use (kept on `app.state`, one per server)."""
-    store = getattr(app.state, "responses_store", None)
-    if store is None:
-        with _create_lock:
-            store = getattr(app.state, "responses_store", None)
-            if store is None:
-                store = ResponseStore()
-                app.state.responses_store = store
-    return store
+    """The server's store (one per server, made on first use)."""
+    state: ServerState = app.state.llamactl
+    return state.family_state(ResponseStore)
