@@ -35,9 +35,10 @@ from llamactl.server.router.selection import (
     requested_model,
     with_query_model,
 )
-from llamactl.server.router.upstream import ConnectFailed, Pool, UpstreamError
+from llamactl.server.router.upstream import Pool
 from serverkit import free_port, hermetic_settings
 
+from llamactl import UpstreamConnectError, UpstreamError
 from llamactl.core.errors import ConfigError
 from llamactl.models import embedded_model_path
 
@@ -396,7 +397,7 @@ def test_upstream_reads_chunked_and_sized_bodies_and_skips_stale_connections() -
         assert b"x-a: 1\r\n" in seen[0] and b"content-length: 2\r\n" in seen[-1]
         assert len(seen) == 3  # each request sent once
         server.close()
-        with pytest.raises(ConnectFailed):
+        with pytest.raises(UpstreamConnectError):
             await Pool("127.0.0.1", free_port()).request("GET", "/", [], b"")
 
     asyncio.run(main())
@@ -404,7 +405,7 @@ def test_upstream_reads_chunked_and_sized_bodies_and_skips_stale_connections() -
 
 def test_upstream_never_sends_a_request_twice() -> None:
     """A connection that breaks after the request was written is an UpstreamError (maybe
-    seen), not ConnectFailed (never sent), and is not retried, pooled or fresh."""
+    seen), not UpstreamConnectError (never sent), and is not retried, pooled or fresh."""
 
     async def main() -> None:
         heads: list[bytes] = []
@@ -431,13 +432,13 @@ def test_upstream_never_sends_a_request_twice() -> None:
             try:
                 resp = await pool.request("GET", path, [], b"")
             except UpstreamError as e:
-                assert not isinstance(e, ConnectFailed) and path == "/die"
+                assert not isinstance(e, UpstreamConnectError) and path == "/die"
                 continue
             assert b"".join([c async for c in resp.body()]) == b"ok"
             resp.close()
         with pytest.raises(UpstreamError) as err:  # a fresh connection: the same
             await pool.request("GET", "/die", [], b"")
-        assert not isinstance(err.value, ConnectFailed)
+        assert not isinstance(err.value, UpstreamConnectError)
         assert [h.split(b" ")[1] for h in heads] == [b"/ok", b"/die", b"/die"]
         assert connections == 2
         server.close()

@@ -190,6 +190,25 @@ class LocalServerError(TuiError):
     """The in-process server could not start (model missing, load failure)."""
 
 
+# ------------------------------------------------------------------------------- the router
+class ChildFailedError(ModelLoadError):
+    """A router's child server exited, or said its model failed to load, before it was ready."""
+
+
+class UpstreamError(LlamactlError):
+    """A router's child broke the connection, or answered nonsense, after the request was
+    written: it may have seen the request, so sending it again could run it twice."""
+
+    http_status = 502
+
+
+class UpstreamConnectError(UpstreamError):
+    """Nothing listens on the child's port: the request was never sent (safe to retry)."""
+
+    http_status = 503
+    error_type = "unavailable_error"
+
+
 # ------------------------------------------------------------------------- the Realtime API
 MAX_PROTOCOL_MESSAGE = 1024  # messages quote client values; a long one is cut, never echoed
 
@@ -232,6 +251,7 @@ __all__ = [
     "BufferFullError",
     "CannotSpeakError",
     "CheckpointError",
+    "ChildFailedError",
     "ConfigError",
     "ConnectionClosedError",
     "ContextLengthError",
@@ -256,5 +276,7 @@ __all__ = [
     "TemplateError",
     "TuiError",
     "UnsupportedVoiceFeature",
+    "UpstreamConnectError",
+    "UpstreamError",
     "UsageError",
 ]

@@ -19,13 +19,11 @@ from collections.abc import Mapping, Sequence
 
 import httpx
 
+from llamactl import ChildFailedError
+
 log = logging.getLogger("llamactl.router")
 
 _PR_SET_PDEATHSIG = 1
-
-
-class ChildFailed(Exception):
-    """The child exited, or reported that its model failed to load, before it was ready."""
 
 
 def free_port() -> int:
@@ -81,7 +79,7 @@ class ChildProcess:
         return self.proc is not None and self.proc.returncode is None
 
     async def start(self, client: httpx.AsyncClient, timeout: float) -> None:
-        """Spawn and wait until healthy; ChildFailed (with the child's own words) otherwise."""
+        """Spawn and wait until healthy; ChildFailedError (with the child's own words) otherwise."""
         self.proc = await asyncio.create_subprocess_exec(
             *self.argv,
             env=self.env,
@@ -97,16 +95,16 @@ class ChildProcess:
         while True:
             if self.proc.returncode is not None:
                 await self._drain()
-                raise ChildFailed(self.exit_message())
+                raise ChildFailedError(self.exit_message())
             with contextlib.suppress(httpx.HTTPError):
                 resp = await client.get(self.url + "/health", timeout=2)
                 if resp.status_code == 200:
                     return
                 message = _error_message(resp)
                 if message and message != "Loading model":
-                    raise ChildFailed(message)
+                    raise ChildFailedError(message)
             if time.monotonic() > deadline:
-                raise ChildFailed(f"not ready after {timeout:g} s")
+                raise ChildFailedError(f"not ready after {timeout:g} s")
             await asyncio.sleep(0.05)
 
     async def wait(self) -> int:

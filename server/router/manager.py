@@ -18,9 +18,11 @@ from typing import Any
 
 import httpx
 
+from llamactl import ChildFailedError
+
 from ..errors import APIError
 from .catalog import Catalog, ModelSpec
-from .child import ChildFailed, ChildProcess
+from .child import ChildProcess
 
 log = logging.getLogger("llamactl.router")
 
@@ -170,7 +172,7 @@ class ModelManager:
         t0 = time.monotonic()
         try:
             if spec.error is not None or spec.path is None:
-                raise ChildFailed(spec.error or "no model file")
+                raise ChildFailedError(spec.error or "no model file")
             await self._admit_one(state, t0 + self.load_timeout)
             child = self._make_child(spec)
             log.info("loading %s on port %d", spec.name, child.port)
@@ -179,8 +181,8 @@ class ModelManager:
             except BaseException:
                 await child.stop()
                 raise
-        except Exception as e:  # ChildFailed, or the launcher itself could not start
-            message = str(e) if isinstance(e, ChildFailed) else f"{type(e).__name__}: {e}"
+        except Exception as e:  # ChildFailedError, or the launcher itself could not start
+            message = str(e) if isinstance(e, ChildFailedError) else f"{type(e).__name__}: {e}"
             state.status, state.message, state.admitted = Status.FAILED, message, False
             log.warning("model %s failed to load: %s", spec.name, message)
             self._notify()
@@ -217,7 +219,7 @@ class ModelManager:
                 changed = self._changed
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ChildFailed(f"no room: all {self.max_loaded} loaded models are busy")
+                raise ChildFailedError(f"no room: all {self.max_loaded} loaded models are busy")
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(changed.wait(), remaining)
 

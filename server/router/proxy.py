@@ -21,6 +21,8 @@ from collections.abc import Iterable
 
 import anyio
 
+from llamactl import UpstreamConnectError, UpstreamError
+
 from ..disconnect import watch_disconnect
 from ..errors import APIError, error_body
 from ..middleware import Receive, Scope, Send
@@ -34,7 +36,7 @@ from .selection import (
     rename_model,
     with_query_model,
 )
-from .upstream import ConnectFailed, Response, UpstreamError, Upstreams
+from .upstream import Response, Upstreams
 
 log = logging.getLogger("llamactl.router")
 
@@ -284,7 +286,7 @@ class HttpProxy:
         if dead:
             self.upstreams.forget(child.port)
             self.manager.child_died(state, child)
-        if isinstance(error, ConnectFailed):
+        if isinstance(error, UpstreamConnectError):
             if dead and not last:
                 raise _Retry
             reason = child.exit_message() if dead else str(error)

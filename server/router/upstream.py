@@ -14,21 +14,14 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+from llamactl import UpstreamConnectError, UpstreamError
+
 _MAX_HEAD = 64 * 1024
 _READ = 64 * 1024
 _NO_BODY = {204, 304}
 # An idle connection is reused only this long: well inside the child's keep-alive (uvicorn's
 # default is 5 s), so the child never closes one while a request is being written on it.
 MAX_IDLE_SECONDS = 2.0
-
-
-class UpstreamError(Exception):
-    """The child broke the connection, or answered nonsense, after the request was written:
-    it may have seen the request, so sending it again could run it twice."""
-
-
-class ConnectFailed(UpstreamError):
-    """Nothing listens on the child's port: the request was never sent."""
 
 
 @dataclass
@@ -177,7 +170,7 @@ class Pool:
         try:
             reader, writer = await asyncio.open_connection(self.host, self.port, limit=_MAX_HEAD)
         except OSError as e:
-            raise ConnectFailed(str(e) or type(e).__name__) from e
+            raise UpstreamConnectError(str(e) or type(e).__name__) from e
         return _Conn(reader, writer)
 
     async def request(
@@ -185,7 +178,7 @@ class Pool:
     ) -> Response:
         """Send a request once and read the response head; the body is read with `body()`.
 
-        Nothing is ever sent twice: ConnectFailed means no byte reached the child; any
+        Nothing is ever sent twice: UpstreamConnectError means no byte reached the child; any
         other UpstreamError means it may have seen the request. Idle connections are checked
         before use (one turn of the event loop first, so a close the child sent is seen).
         """
