@@ -172,3 +172,81 @@ def _internal(name: str) -> bool:
     return name.startswith(("llamactl.engine.", "llamactl.core.")) and not name.startswith(
         "llamactl.engine.__"
     )
+
+
+# The top-level parts of the project: llamactl's sub-packages and modules, and the three
+# folders installed under it. `llamactl` itself (the face) is left out: it names the engine
+# and the core lazily for the front ends.
+FOLDERS = {"llamactl": "llamactl", "server": "llamactl.server", "tui": "llamactl.tui"}
+FOLDERS["converters"] = "llamactl.converters"
+
+
+def _part(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def _part_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for folder, package in FOLDERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            module = _module_name(path, folder, package)
+            here = _part(module)
+            for name in _imports(path, module):
+                there = _part(name) if name.startswith("llamactl.") else None
+                if here and there and there != here:
+                    graph.setdefault(here, set()).add(there)
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One cycle of `graph` (as a path that returns to its start), or []."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = 2
+        path.pop()
+        return []
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return []
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": {"c"}}) == []
+
+
+def test_no_import_cycle_between_the_parts() -> None:
+    """engine, core, config, converters, devices, realtime, cli, server, tui...: one way."""
+    graph = _part_graph()
+    assert {"engine", "config", "converters", "server"} <= graph.keys()
+    assert _cycle(graph) == []
+
+
+# server/'s API families (a package each) and its shared modules (the rest of the top level)
+FAMILIES = ("openai", "anthropic", "llamacpp", "system", "router")
+
+
+def test_the_server_state_imports_no_api_family() -> None:
+    """Families build on the shared modules (state, loader, errors, limits, sse...), never the
+    other way; only `app.py`, which assembles the app, names them."""
+    found = []
+    for path in sorted((ROOT / "server").glob("*.py")):
+        if path.name == "app.py":
+            continue
+        module = _module_name(path, "server", "llamactl.server")
+        for name in _imports(path, module):
+            if name.startswith("llamactl.server.") and name.split(".")[2] in FAMILIES:
+                found.append(f"{path.name} imports {name}")
+    assert found == []
