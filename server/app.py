@@ -25,6 +25,7 @@ API_ROUTERS: list[str] = [
     "openai.realtime:router",
     "llamacpp.decisions:router",
     "llamacpp.tts:router",
+    "llamacpp.tokens:router",
 ]
 
 

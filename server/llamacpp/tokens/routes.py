@@ -1,0 +1,80 @@
+"""The token routes; everything past reading the body runs in a preparation worker."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from ...common import check_model, render_chat, server_state
+from ...openai.chat.protocol import ChatCompletionRequest
+from ...openai.chat.serving import chat_request
+from ...prepare import PreparedBodyRoute, off_loop
+from ...state import ServerState
+from . import serving
+from .protocol import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    InputTokensResponse,
+    PromptResponse,
+    TokenizeRequest,
+    TokenizeResponse,
+)
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["tokens"], route_class=PreparedBodyRoute)
+
+
+@router.post("/tokenize", response_model=TokenizeResponse, summary="Tokenize text (llama-server)")
+async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
+    engine = server_state(request).require_text_engine()
+
+    def run() -> TokenizeResponse:
+        tokens = serving.tokenize(
+            engine, body.content, add_special=body.add_special, parse_special=body.parse_special
+        )
+        if body.with_pieces:
+            return TokenizeResponse(tokens=serving.pieces(engine, tokens))
+        return TokenizeResponse(tokens=tokens)
+
+    return await off_loop(run)
+
+
+@router.post(
+    "/detokenize", response_model=DetokenizeResponse, summary="Token ids to text (llama-server)"
+)
+async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeResponse:
+    engine = server_state(request).require_text_engine()
+    content = await off_loop(serving.detokenize, engine, body.tokens)
+    return DetokenizeResponse(content=content)
+
+
+def _render(state: ServerState, body: ChatCompletionRequest) -> tuple[str, int]:
+    check_model(state, body.model)
+    request, _ = chat_request(state, body, 1)
+    rendered = render_chat(state, request)
+    return rendered.text, len(rendered.tokens)
+
+
+@router.post(
+    "/apply-template",
+    response_model=PromptResponse,
+    summary="Render a chat with the model's template, without generating (llama-server)",
+)
+async def apply_template(body: ChatCompletionRequest, request: Request) -> PromptResponse:
+    state = server_state(request)
+    text, _ = await off_loop(_render, state, body)
+    return PromptResponse(prompt=text)
+
+
+@router.post(
+    "/v1/chat/completions/input_tokens",
+    response_model=InputTokensResponse,
+    summary="Count a chat completion's prompt tokens",
+)
+@router.post(
+    "/chat/completions/input_tokens", response_model=InputTokensResponse, include_in_schema=False
+)
+async def chat_input_tokens(body: ChatCompletionRequest, request: Request) -> InputTokensResponse:
+    state = server_state(request)
+    _, count = await off_loop(_render, state, body)
+    return InputTokensResponse(input_tokens=count)

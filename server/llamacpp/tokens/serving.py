@@ -1,0 +1,55 @@
+"""Tokens in and out of the loaded model's vocabulary (run in a preparation worker)."""
+
+from __future__ import annotations
+
+from llamactl import Engine
+
+from ...errors import bad_request
+from .protocol import TokenPiece
+
+__all__ = ["detokenize", "pieces", "tokenize"]
+
+
+def tokenize(
+    engine: Engine, content: str | list[str | int], *, add_special: bool, parse_special: bool
+) -> list[int]:
+    """A text, or texts and ids mixed: only a text first in the list gets `add_special`."""
+    model = engine.model
+    if isinstance(content, str):
+        return model.tokenize(content, add_special=add_special, parse_special=parse_special)
+    tokens: list[int] = []
+    for i, part in enumerate(content):
+        if isinstance(part, str):
+            first = add_special and i == 0
+            tokens += model.tokenize(part, add_special=first, parse_special=parse_special)
+        else:
+            tokens.append(_checked(engine, part, f"content.{i}"))
+    return tokens
+
+
+def pieces(engine: Engine, tokens: list[int]) -> list[TokenPiece]:
+    """Each token with its text; bytes that are not UTF-8 alone (half a character) as a list."""
+    out = []
+    for token in tokens:
+        raw = engine.model.token_bytes(token, special=True)
+        try:
+            piece: str | list[int] = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            piece = list(raw)
+        out.append(TokenPiece(id=token, piece=piece))
+    return out
+
+
+def detokenize(engine: Engine, tokens: list[int]) -> str:
+    for i, token in enumerate(tokens):
+        _checked(engine, token, f"tokens.{i}")
+    return engine.model.detokenize(tokens, special=True)
+
+
+def _checked(engine: Engine, token: int, field: str) -> int:
+    n_vocab = engine.model.n_vocab
+    if not 0 <= token < n_vocab:
+        raise bad_request(
+            f"Field '{field}': token id {token} is not in the vocabulary (0 to {n_vocab - 1})"
+        )
+    return token

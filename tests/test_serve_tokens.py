@@ -1,0 +1,116 @@
+"""llama-server's token routes on the real model: `/tokenize`, `/detokenize`, `/apply-template`
+and `/v1/chat/completions/input_tokens`, with the shapes and defaults of llama-server b11434."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+TEXT = "What is the capital of France ?"
+HI = [{"role": "user", "content": "Hi"}]
+
+
+def post(server, path: str, body: object) -> httpx.Response:
+    return httpx.post(server.url + path, json=body, timeout=60)
+
+
+def test_tokenize_then_detokenize_gives_the_text_back(server) -> None:
+    tokens = post(server, "/tokenize", {"content": TEXT}).json()["tokens"]
+    assert len(tokens) > 5 and all(isinstance(t, int) for t in tokens)
+    assert tokens == server.state.engine.model.tokenize(TEXT, add_special=False)
+    back = post(server, "/detokenize", {"tokens": tokens})
+    assert back.status_code == 200 and back.json() == {"content": TEXT}
+
+
+def test_add_special_and_parse_special(server) -> None:
+    model = server.state.engine.model
+    plain = post(server, "/tokenize", {"content": TEXT}).json()["tokens"]
+    special = post(server, "/tokenize", {"content": TEXT, "add_special": True}).json()["tokens"]
+    assert special == model.tokenize(TEXT, add_special=True)
+    marker = "<|im_start|>user"
+    parsed = post(server, "/tokenize", {"content": marker}).json()["tokens"]
+    literal = post(server, "/tokenize", {"content": marker, "parse_special": False}).json()
+    assert len(parsed) < len(literal["tokens"])  # one special token vs its characters
+    assert plain == model.tokenize(TEXT, add_special=False)
+
+
+def test_pieces_are_text_or_the_bytes_of_half_a_character(server) -> None:
+    content = "This is a test string with unicode 媽 and emoji 🤗"
+    got = post(server, "/tokenize", {"content": content, "with_pieces": True}).json()["tokens"]
+    assert all(t["id"] > 0 and t["piece"] for t in got)
+    rebuilt = b"".join(
+        t["piece"].encode() if isinstance(t["piece"], str) else bytes(t["piece"]) for t in got
+    )
+    assert rebuilt.decode() == content
+    assert any(isinstance(t["piece"], list) for t in got)  # the emoji is split in bytes
+
+
+def test_mixed_content_keeps_ids_and_tokenizes_texts(server) -> None:
+    model = server.state.engine.model
+    hello = model.tokenize("Hello", add_special=False)
+    got = post(server, "/tokenize", {"content": ["Hello", 42, " world"]}).json()["tokens"]
+    assert got == hello + [42] + model.tokenize(" world", add_special=False)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/detokenize", {"tokens": [1, -5]}, "tokens.1"),
+        ("/detokenize", {"tokens": [10**9]}, "tokens.0"),
+        ("/tokenize", {"content": ["a", 10**9]}, "content.1"),
+    ],
+)
+def test_ids_outside_the_vocabulary_are_a_400(server, path, body, field) -> None:
+    r = post(server, path, body)
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and f"'{field}'" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/tokenize", {"content": 5}),
+        ("/tokenize", {"content": [1.5]}),
+        ("/detokenize", {"tokens": "abc"}),
+        ("/detokenize", {"tokens": [True]}),
+        ("/tokenize", [1, 2]),
+    ],
+)
+def test_wrong_types_are_a_400(server, path, body) -> None:
+    r = post(server, path, body)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_empty_bodies_answer_empty(server) -> None:
+    assert post(server, "/tokenize", {}).json() == {"tokens": []}
+    assert post(server, "/detokenize", {}).json() == {"content": ""}
+
+
+def test_apply_template_renders_what_chat_would_see(server) -> None:
+    r = post(server, "/apply-template", {"messages": HI})
+    assert r.status_code == 200
+    prompt = r.json()["prompt"]
+    assert prompt.endswith("<|im_start|>assistant\n") and "<|im_start|>user\nHi" in prompt
+    count = post(server, "/v1/chat/completions/input_tokens", {"messages": HI}).json()
+    assert count == {"object": "response.input_tokens", "input_tokens": count["input_tokens"]}
+    usage = httpx.post(
+        server.v1 + "/chat/completions", json={"messages": HI, "max_tokens": 1}, timeout=60
+    ).json()["usage"]
+    assert count["input_tokens"] == usage["prompt_tokens"]
+
+
+def test_apply_template_refuses_what_chat_refuses(server) -> None:
+    r = post(server, "/apply-template", {"messages": []})
+    assert r.status_code == 400
+    assert post(server, "/apply-template", {"messages": "hi"}).status_code == 400
+
+
+def test_concurrent_token_requests_agree(server) -> None:
+    texts = [f"{TEXT} number {i}" for i in range(12)]
+    alone = [post(server, "/tokenize", {"content": t}).json()["tokens"] for t in texts]
+    with ThreadPoolExecutor(6) as pool:
+        together = list(pool.map(lambda t: post(server, "/tokenize", {"content": t}), texts))
+    assert [r.json()["tokens"] for r in together] == alone
