@@ -62,7 +62,7 @@ def projector_types(info) -> list[str]:
 
 
 # mtmd_helper_decode_image_chunk's optional post-decode hook, passed as a NULL function pointer
-_NO_CALLBACK = ctypes.cast(None, mtmd.mtmd_helper_post_decode_callback)
+_NO_CALLBACK = mtmd.mtmd_helper_post_decode_callback()
 
 
 @dataclass(eq=True, frozen=True)
@@ -128,7 +128,7 @@ class MediaSet:
 
     def __init__(self, projector: Projector, media: tuple[Media, ...]) -> None:
         self.projector = projector
-        self._bitmaps: list[object] = []
+        self._bitmaps: list[mtmd.mtmd_bitmap_p] = []
         self._chunk_lists: list[object] = []
         self._encoded: dict[int, np.ndarray] = {}
         try:
