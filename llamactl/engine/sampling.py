@@ -50,7 +50,7 @@ class SamplerChain:
                     raise InvalidRequestError(
                         f"logit_bias: token id {tok} is out of the vocabulary"
                     )
-                arr[i].token, arr[i].bias = tok, bias
+                arr[i] = llama_cpp.llama_logit_bias(tok, bias)
             self._add(llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(p.logit_bias), arr))
         if p.repeat_penalty != 1.0 or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0:
             self._add(

@@ -220,15 +220,15 @@ class MtmdTranscriber(Transcriber):
         return out
 
     def close(self) -> None:
-        llama, mtmd = getattr(self, "_llama", None), getattr(self, "_mtmd", None)
+        # the bindings are set first in __init__: any handle present means they are too
         if getattr(self, "_sampler", None):
-            llama.llama_sampler_free(self._sampler)
+            self._llama.llama_sampler_free(self._sampler)
             self._sampler = None
         if getattr(self, "_lctx", None):
-            llama.llama_free(self._lctx)
+            self._llama.llama_free(self._lctx)
             self._lctx = None
         if getattr(self, "_ctx", None):
-            mtmd.mtmd_free(self._ctx)
+            self._mtmd.mtmd_free(self._ctx)
             self._ctx = None
         model = getattr(self, "_model", None)
         if model is not None:
