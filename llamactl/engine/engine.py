@@ -24,6 +24,7 @@ from llamactl.core.errors import (
     LlamactlError,
 )
 
+from ._backend import memory_of
 from .batch import Batch
 from .context import (
     ContextLayout,
@@ -94,7 +95,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             ),
         )
         self._ctx = ctx
-        self._mem = llama_cpp.llama_get_memory(ctx)
+        self._mem = memory_of(ctx)
         self.n_ctx = llama_cpp.llama_n_ctx(ctx)
         self.n_batch = llama_cpp.llama_n_batch(ctx)
         self.n_ubatch = llama_cpp.llama_n_ubatch(ctx)

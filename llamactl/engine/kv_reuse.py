@@ -11,6 +11,7 @@ import logging
 
 import llama_cpp
 
+from ._backend import memory_of
 from .prompt_cache import CacheEntry, Checkpoint, PromptCache, common_prefix, load_seq, save_seq
 from .requests import EngineConfig, EngineStats, GenerationRequest
 from .slot import Slot
@@ -35,7 +36,7 @@ class SlotMemory:
         drafter: DraftModel | None,
     ) -> None:
         self._ctx = ctx
-        self._mem = llama_cpp.llama_get_memory(ctx)
+        self._mem = memory_of(ctx)
         self.config = config
         self.cache = cache
         self._can_trim = can_trim

@@ -29,6 +29,7 @@ from llamactl.core.errors import (
     InvalidRequestError,
     LlamactlError,
 )
+from llamactl.engine._backend import memory_of
 from llamactl.engine.batch import Batch
 from llamactl.engine.context import ContextLayout, default_slot_ctx, open_context, physical_cores
 from llamactl.engine.loop import DecodeLoop
@@ -137,7 +138,7 @@ class DecisionEngine(DecodeLoop["_Job"]):
         )
         llama_cpp.llama_set_causal_attn(ctx, dm.dtype.causal)
         self._ctx = ctx
-        self._mem = llama_cpp.llama_get_memory(ctx)
+        self._mem = memory_of(ctx)
         self.n_ctx = llama_cpp.llama_n_ctx(ctx)
         self.n_ctx_slot = llama_cpp.llama_n_ctx_seq(ctx)
         self.n_batch = llama_cpp.llama_n_batch(ctx)
