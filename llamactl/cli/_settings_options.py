@@ -110,6 +110,7 @@ def settings_options(command: str) -> Callable[[Callable[..., Any]], Callable[..
             return func(**kwargs, overrides=overrides)
 
         params = [*generated, *kept]  # the settings' panels first
+        # inspect reads __signature__ first; typeshed does not declare it on functions
         command_with_settings.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         command_with_settings.__annotations__ = {p.name: p.annotation for p in params}
         del command_with_settings.__wrapped__  # Typer must read the new signature

@@ -14,6 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import llama_cpp
 
@@ -198,8 +199,9 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         self._enqueue((stream, request), closed="the server is shutting down")
         return stream
 
-    def generate(self, prompt: list[int], **kwargs: object) -> GenerationStream:
-        return self.submit(GenerationRequest(prompt=prompt, **kwargs))  # type: ignore[arg-type]
+    def generate(self, prompt: list[int], **kwargs: Any) -> GenerationStream:
+        """`submit` with the request's fields as keywords."""
+        return self.submit(GenerationRequest(prompt=prompt, **kwargs))
 
     def force_tokens(self, stream: GenerationStream, tokens: list[int]) -> bool:
         """Make every live choice of `stream` emit `tokens` next (e.g. end of reasoning)."""

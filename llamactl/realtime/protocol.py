@@ -1242,6 +1242,7 @@ REASONING_DONES = (
 class ReasoningDelta(ServerEvent):
     """llamactl extension: the model's reasoning, never spoken nor kept in the item."""
 
+    # a Literal of a tuple's names: pydantic reads it, mypy accepts only literal values
     type: Literal[REASONING_DELTAS] = "response.reasoning.delta"  # type: ignore[valid-type]
     response_id: str | None = None
     delta: str = ""
@@ -1250,6 +1251,7 @@ class ReasoningDelta(ServerEvent):
 class ReasoningDone(ServerEvent):
     """llamactl extension: the whole reasoning of a response."""
 
+    # a Literal of a tuple's names: pydantic reads it, mypy accepts only literal values
     type: Literal[REASONING_DONES] = "response.reasoning.done"  # type: ignore[valid-type]
     response_id: str | None = None
     text: str = ""
