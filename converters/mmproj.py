@@ -85,7 +85,7 @@ def _vision_tensors(
     ckpt: Checkpoint,
     n_block: int,
     rename: Callable[[str], str | None],
-    special: Callable[[str, Lazy, OutType | None], list[OutTensor] | None],
+    special: Callable[[str, Lazy], list[OutTensor] | None],
 ) -> list[OutTensor]:
     # projector layers are numbered like blocks (mm.1, mm.2): size the table for them too
     tmap = gguf.get_tensor_name_map(MMPROJ, max(n_block, 8))
@@ -261,7 +261,9 @@ def qwen_vl_plan(
 
 def _pixel_budget(ckpt: Checkpoint, pre: dict[str, Any]) -> tuple[int, int]:
     """min/max pixels per image: `min_pixels`/`max_pixels`, or Qwen3-VL's `size` edges."""
-    size = pre.get("size") if isinstance(pre.get("size"), dict) else {}
+    size = pre.get("size")
+    if not isinstance(size, dict):
+        size = {}
     lo = pre.get("min_pixels", size.get("shortest_edge"))
     hi = pre.get("max_pixels", size.get("longest_edge"))
     if not isinstance(lo, int) or not isinstance(hi, int):

@@ -13,7 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llamactl.config import Engine, Settings
+from llamactl.config import Engine, Settings, setting_fields
 from llamactl.engine.types import SamplingParams
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ __all__ = [
 def _markers() -> dict[str, Engine]:
     """setting name -> its Engine marker, for the settings that configure the engine."""
     found = {}
-    for name, info in Settings.__pydantic_fields__.items():
+    for name, info in setting_fields().items():
         marker = next((m for m in info.metadata if isinstance(m, Engine)), None)
         if marker is not None:
             found[name] = marker

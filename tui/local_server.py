@@ -71,11 +71,11 @@ class LocalServer:
             target=self._server.run, kwargs={"sockets": [sock]}, name="tui-server", daemon=True
         )
         self._thread.start()
-        self.url = f"http://{HOST}:{port}"
-        self._wait_ready(timeout)
-        return self.url
+        self.url = url = f"http://{HOST}:{port}"
+        self._wait_ready(url, timeout)
+        return url
 
-    def _wait_ready(self, timeout: float) -> None:
+    def _wait_ready(self, url: str, timeout: float) -> None:
         state = self.app.state.llamactl
         deadline = time.monotonic() + timeout
         while True:
@@ -85,7 +85,7 @@ class LocalServer:
                     f"the local server could not load the model: {state.load_error}"
                 )
             try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from llamactl.config import Flag, Settings
+from llamactl.config import Flag, setting_fields
 
 __all__ = ["default_text", "settings_options", "setting_help"]
 
@@ -26,9 +26,7 @@ OVERRIDES = "overrides"
 
 
 def _flag(name: str) -> Flag | None:
-    return next(
-        (m for m in Settings.__pydantic_fields__[name].metadata if isinstance(m, Flag)), None
-    )
+    return next((m for m in setting_fields()[name].metadata if isinstance(m, Flag)), None)
 
 
 def default_text(name: str) -> str | None:
@@ -36,7 +34,7 @@ def default_text(name: str) -> str | None:
     flag = _flag(name)
     if flag is not None and flag.shown_default is not None:
         return flag.shown_default
-    info = Settings.__pydantic_fields__[name]
+    info = setting_fields()[name]
     value = info.get_default(call_default_factory=True)
     if isinstance(value, bool):
         return "on" if value else "off"
@@ -49,14 +47,14 @@ def default_text(name: str) -> str | None:
 
 def setting_help(name: str) -> str:
     """The field's description followed by its default: `Port [8080].`"""
-    text = Settings.__pydantic_fields__[name].description or ""
+    text = setting_fields()[name].description or ""
     shown = default_text(name)
     return f"{text.rstrip('.')} [{shown}]." if shown is not None else text
 
 
 def _option_type(name: str) -> Any:
     """What the option parses: lists and choices arrive as text, checked by load_settings."""
-    hint = Settings.__pydantic_fields__[name].annotation
+    hint = setting_fields()[name].annotation
     args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
     inner = args[0] if len(args) == 1 else hint
     if inner in (bool, int, float, Path):
@@ -92,7 +90,7 @@ def _parameter(command: str, name: str, flag: Flag) -> inspect.Parameter:
 def _parameters(command: str) -> list[inspect.Parameter]:
     return [
         _parameter(command, name, flag)
-        for name in Settings.__pydantic_fields__
+        for name in setting_fields()
         if (flag := _flag(name)) is not None and command in flag.commands
     ]
 
@@ -112,6 +110,7 @@ def settings_options(command: str) -> Callable[[Callable[..., Any]], Callable[..
             return func(**kwargs, overrides=overrides)
 
         params = [*generated, *kept]  # the settings' panels first
+        # inspect reads __signature__ first; typeshed does not declare it on functions
         command_with_settings.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         command_with_settings.__annotations__ = {p.name: p.annotation for p in params}
         del command_with_settings.__wrapped__  # Typer must read the new signature

@@ -254,7 +254,7 @@ def stream_answer(
                 elif isinstance(event, ContentDelta):
                     answer.content += event.text
                     view.content(event.text)
-                else:
+                elif isinstance(event, Done):  # the chat command offers no tools
                     answer.done = event
         except KeyboardInterrupt:
             answer.interrupted = True

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -17,6 +17,9 @@ from typer.core import TyperGroup
 from llamactl import EXIT_FAILURE, LlamactlError
 from llamactl.cli import chat, convert, models_cmd, ps, score, serve, transcribe, tts, tui
 from llamactl.cli._output import print_error
+
+if TYPE_CHECKING:  # typer vendors click; a group is invoked with click's Context (typer's base)
+    from typer._click import Context as ClickContext
 
 DEBUG_ENV = "LLAMACTL_DEBUG"
 
@@ -29,7 +32,7 @@ class LlamactlGroup(TyperGroup):
     click's own usage errors keep click's handling (exit code 2).
     """
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: ClickContext) -> Any:
         try:
             return super().invoke(ctx)
         except (typer.TyperException, typer.Exit, typer.Abort):

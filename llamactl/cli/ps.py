@@ -11,6 +11,7 @@ import sys
 from typing import Annotated, Any
 
 import typer
+from rich.console import JustifyMethod
 from rich.table import Table
 
 from llamactl import ServerError
@@ -75,15 +76,16 @@ def ps_command(
         console.print(f"No models loaded at {base}.", markup=False, soft_wrap=True)
         return
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("NAME", "left"),
         ("STATUS", "left"),
         ("MEMORY", "right"),
         ("SLOTS", "right"),
         ("IDLE", "right"),
         ("PID", "right"),
-    ):
-        table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    )
+    for column, justify in columns:
+        table.add_column(column, justify=justify, no_wrap=True)
     for r in rows:
         status = r["status"] + (f" ({r['message']})" if r.get("message") else "")
         table.add_row(

@@ -155,8 +155,10 @@ def score_command(
 ) -> None:
     body = build_body(request_file, state, question or [], image or [])
     settings = load_settings({"model": model, "threads": threads, "parallel": parallel})
-    run = post if url else score_locally
-    response = run(settings, body, url=url, mmproj=mmproj)
+    if url:
+        response = post(settings, body, url=url, mmproj=mmproj)
+    else:
+        response = score_locally(settings, body, url=url, mmproj=mmproj)
     if json_output:
         sys.stdout.write(json.dumps(response, indent=2, ensure_ascii=False) + "\n")
     else:

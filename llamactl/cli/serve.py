@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -137,7 +138,7 @@ def _run(app, settings, log_level: str) -> None:
     draining: set[asyncio.Task] = set()  # holds the drain task until the process ends
 
     class Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: object) -> None:
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             first = not self.should_exit
             super().handle_exit(sig, frame)
             # on the loop, not in the signal handler: close() takes the engine lock

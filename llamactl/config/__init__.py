@@ -7,7 +7,7 @@ command-line options made from the fields, in `llamactl.cli._settings_options`.
 
 from llamactl.engine.limits import physical_cores
 
-from .fields import SETTING_NAMES, Engine, Flag, Settings, Source, SourceKind
+from .fields import SETTING_NAMES, Engine, Flag, Settings, Source, SourceKind, setting_fields
 from .loading import (
     ENV_PREFIX,
     KEY_ALIASES,
@@ -33,4 +33,5 @@ __all__ = [
     "find_key_line",
     "load_settings",
     "physical_cores",
+    "setting_fields",
 ]

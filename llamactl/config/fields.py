@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, SkipValidation
 from pydantic.dataclasses import dataclass as settings_dataclass
+from pydantic.dataclasses import is_pydantic_dataclass
+from pydantic.fields import FieldInfo
 
 from llamactl import paths
 from llamactl.core.errors import ConfigError
@@ -33,6 +35,7 @@ __all__ = [
     "Settings",
     "Source",
     "SourceKind",
+    "setting_fields",
 ]
 
 FlashAttn = Literal["auto", "on", "off"]
@@ -492,3 +495,12 @@ class Settings:
 SETTING_NAMES: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(Settings) if not f.metadata.get("internal")
 )
+
+
+def setting_fields() -> dict[str, FieldInfo]:
+    """Each setting's pydantic field (annotation, bounds, Flag / Engine markers, description)
+    by name, the bookkeeping fields included."""
+    cls: type[Any] = Settings
+    if not is_pydantic_dataclass(cls):  # the TypeGuard types the attribute the decorator adds
+        raise TypeError("Settings is not a pydantic dataclass")
+    return cls.__pydantic_fields__

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from llamactl import paths
 from llamactl.core.errors import ConfigError
 
-from .fields import SETTING_NAMES, Settings, Source
+from .fields import SETTING_NAMES, Settings, Source, setting_fields
 from .values import BadValue, check_value, describe
 
 if sys.version_info >= (3, 11):
@@ -190,7 +190,7 @@ def _read_cli(overrides: Mapping[str, Any]) -> Layer:
 def _bounds(name: str) -> str:
     """`>= 1` or `between 0 and 65535`, from the field's own constraints."""
     low = high = None
-    for item in Settings.__pydantic_fields__[name].metadata:
+    for item in setting_fields()[name].metadata:
         if isinstance(item, annotated_types.Ge):
             low = item.ge
         elif isinstance(item, annotated_types.Le):

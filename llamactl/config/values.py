@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
-from .fields import Settings
+from .fields import setting_fields
 
 __all__ = ["BadValue", "check_value", "describe", "setting_type"]
 
@@ -31,7 +31,7 @@ class BadValue(Exception):
 
 def setting_type(name: str) -> Any:
     """The field's type without its bounds (`int | None`, `list[str]`, a Literal...)."""
-    return Settings.__pydantic_fields__[name].annotation
+    return setting_fields()[name].annotation
 
 
 def describe(value: Any) -> str:

@@ -53,7 +53,11 @@ def head_tensors(
     if block_count is None or head_layers is None:
         raise ValueError("lfm2-d1-omni needs block_count and head_layers")
     first = block_count - head_layers
-    return [n for n in names if n in _OMNI_GLOBAL or _block(n) is not None and _block(n) >= first]
+    return [
+        n
+        for n in names
+        if n in _OMNI_GLOBAL or ((block := _block(n)) is not None and block >= first)
+    ]
 
 
 def _block(name: str) -> int | None:

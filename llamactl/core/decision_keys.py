@@ -6,6 +6,8 @@ Every key but the bare `decision.type` of early files is namespaced by the archi
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 BARE_TYPE_KEY = "decision.type"  # files converted before keys were namespaced
 TEMPERATURE_INFIX = ".decision.temperature."
 
@@ -30,9 +32,10 @@ def head_block_count_key(arch: str) -> str:
     return f"{arch}.decision.block_count"
 
 
-def has_decision_type(metadata: object, arch: str) -> bool:
-    """Whether a GGUF's metadata (any container with `in`) names a decision type."""
-    return BARE_TYPE_KEY in metadata or type_key(arch) in metadata  # type: ignore[operator]
+def has_decision_type(metadata: Container[str], arch: str | None) -> bool:
+    """Whether a GGUF's metadata (any container with `in`) names a decision type; a file
+    without an architecture can only name the bare one."""
+    return BARE_TYPE_KEY in metadata or (arch is not None and type_key(arch) in metadata)
 
 
 __all__ = [

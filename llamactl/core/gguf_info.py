@@ -290,7 +290,7 @@ class GGUFArray(Sequence[Any]):
         self.path = path
         self.offset = offset  # file offset of the first item
         self.item_type = item_type
-        self.count = count
+        self.n_items = count
         self.key = key
         self._items: list[Any] | None = None
 
@@ -309,13 +309,15 @@ class GGUFArray(Sequence[Any]):
                 with open(self.path, "rb") as f:
                     size = os.fstat(f.fileno()).st_size
                     cur = _Cursor(f, self.path, size, self.offset)
-                    self._items = _read_items(cur, self.path, self.item_type, self.count, self.key)
+                    self._items = _read_items(
+                        cur, self.path, self.item_type, self.n_items, self.key
+                    )
             except OSError as e:
                 raise ModelLoadError(f"cannot read {self.key!r} from {self.path}: {e}") from e
         return self._items
 
     def __len__(self) -> int:
-        return self.count
+        return self.n_items
 
     def __getitem__(self, index: Any) -> Any:
         return self.load()[index]
@@ -332,7 +334,7 @@ class GGUFArray(Sequence[Any]):
 
     def __repr__(self) -> str:
         state = "loaded" if self.loaded else "not loaded"
-        return f"<GGUFArray {self.key!r} {self.item_type_name}[{self.count}] {state}>"
+        return f"<GGUFArray {self.key!r} {self.item_type_name}[{self.n_items}] {state}>"
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,13 @@
-"""One-time llama.cpp backend set-up: initialise once per process and route its log.
+"""One-time llama.cpp backend set-up (initialise once per process, route its log), and the
+handles every context and model has, checked once where they are taken.
 
 llama.cpp prints every load detail on stderr by default; a terminal tool must stay quiet
 unless asked, so the log callback forwards only warnings and errors (or everything with
 LLAMACTL_LLAMA_LOG=1) to Python's logging.
+
+The bindings' types are in typings/llama_cpp (a pointer result is an int, or None for NULL);
+`memory_of`, `vocab_of` and `model_of` turn the handles llama.cpp never leaves NULL for a live
+context or model into non-optional ones, so callers pass them on without a check each.
 """
 
 from __future__ import annotations
@@ -11,8 +16,13 @@ import ctypes
 import logging
 import os
 import threading
+from typing import TypeVar
 
 import llama_cpp
+
+from llamactl.core.errors import LlamactlError
+
+__all__ = ["ensure_backend", "memory_of", "model_of", "require", "vocab_of"]
 
 _log = logging.getLogger("llamactl.llama_cpp")
 _init_lock = threading.Lock()
@@ -47,3 +57,28 @@ def ensure_backend() -> None:
         llama_cpp.llama_log_set(_forward_log, ctypes.c_void_p(0))
         llama_cpp.llama_backend_init()
         _initialised = True
+
+
+def memory_of(ctx: llama_cpp.llama_context_p) -> llama_cpp.llama_memory_t:
+    """The context's memory (its KV cache)."""
+    return require(llama_cpp.llama_get_memory(ctx), "llama_get_memory")
+
+
+def model_of(ctx: llama_cpp.llama_context_p) -> llama_cpp.llama_model_p:
+    """The model a context was made from."""
+    return require(llama_cpp.llama_get_model(ctx), "llama_get_model")
+
+
+def vocab_of(model: llama_cpp.llama_model_p) -> llama_cpp.llama_vocab_p:
+    """The model's vocabulary."""
+    return require(llama_cpp.llama_model_get_vocab(model), "llama_model_get_vocab")
+
+
+_H = TypeVar("_H")
+
+
+def require(handle: _H | None, call: str) -> _H:
+    """A handle llama.cpp returned; its NULL (None through ctypes) as an error."""
+    if handle is None:
+        raise LlamactlError(f"llama.cpp's {call} returned NULL")
+    return handle

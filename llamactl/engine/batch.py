@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import llama_cpp
 
+from llamactl.core.errors import LlamactlError
+
 
 class Batch:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._batch = llama_cpp.llama_batch_init(capacity, 0, 1)
+        self._batch: llama_cpp.llama_batch | None = llama_cpp.llama_batch_init(capacity, 0, 1)
         self.n_tokens = 0
         # each row's sequence and position, readable without going through ctypes
         self.seq_ids: list[int] = []
@@ -16,8 +18,9 @@ class Batch:
 
     @property
     def raw(self) -> llama_cpp.llama_batch:
-        self._batch.n_tokens = self.n_tokens
-        return self._batch
+        b = self._live()
+        b.n_tokens = self.n_tokens
+        return b
 
     @property
     def free_rows(self) -> int:
@@ -33,7 +36,7 @@ class Batch:
         i = self.n_tokens
         if i >= self.capacity:  # llama_decode would abort the process: refuse here
             raise OverflowError("batch is full")
-        b = self._batch
+        b = self._live()
         b.token[i] = token
         b.pos[i] = pos
         b.n_seq_id[i] = 1
@@ -43,6 +46,11 @@ class Batch:
         self.seq_ids.append(seq_id)
         self.positions.append(pos)
         return i
+
+    def _live(self) -> llama_cpp.llama_batch:
+        if self._batch is None:
+            raise LlamactlError("the batch was freed")
+        return self._batch
 
     def free(self) -> None:
         if self._batch is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .requests import EngineConfig
 from .slot import Slot
-from .speculative import DraftModel, SeqState, Speculator
+from .speculative import DraftModel, LookupSpeculator, SeqState, Speculator
 
 __all__ = ["DraftPolicy"]
 
@@ -37,16 +37,17 @@ class DraftPolicy:
         model_jobs: list[tuple[Slot, list[int], int]] = []
         drafter: DraftModel | None = None
         for slot in live:
-            if slot.forced:
+            pending = slot.pending  # set for every live slot
+            if slot.forced or pending is None:
                 continue
-            req = slot.request
+            req = slot.job_request
             n_max = min(self.config.spec_draft_n_max, budget)
             n_max = min(n_max, self.n_ctx_slot - len(slot.kv_tokens) - 2)
             if req.max_tokens is not None:
                 n_max = min(n_max, req.max_tokens - len(slot.generated) - 1)
             if n_max < n_min:
                 continue
-            history = [*slot.kv_tokens, slot.pending]
+            history = [*slot.kv_tokens, pending]
             best: Speculator | None = None
             best_draft: list[int] = []
             best_gain = 0.0
@@ -56,11 +57,11 @@ class DraftPolicy:
                 n = self.worth_drafting(survival, n_max, slot.spec.rounds)
                 if n < n_min:
                     continue
-                if isinstance(spec, DraftModel):
-                    draft, gain = [], sum(survival[:n])
-                else:
+                if isinstance(spec, LookupSpeculator):
                     draft = spec.draft(slot.spec, history, n)
                     gain = sum(survival[: len(draft)]) if len(draft) >= n_min else 0.0
+                else:  # the draft model drafts later, for all its slots in one batch
+                    draft, gain = [], sum(survival[:n])
                 if gain > best_gain:
                     best, best_draft, best_gain = spec, draft, gain
                     if isinstance(spec, DraftModel):

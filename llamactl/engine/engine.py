@@ -14,6 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import llama_cpp
 
@@ -24,6 +25,7 @@ from llamactl.core.errors import (
     LlamactlError,
 )
 
+from ._backend import memory_of
 from .batch import Batch
 from .context import (
     ContextLayout,
@@ -94,7 +96,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             ),
         )
         self._ctx = ctx
-        self._mem = llama_cpp.llama_get_memory(ctx)
+        self._mem = memory_of(ctx)
         self.n_ctx = llama_cpp.llama_n_ctx(ctx)
         self.n_batch = llama_cpp.llama_n_batch(ctx)
         self.n_ubatch = llama_cpp.llama_n_ubatch(ctx)
@@ -197,8 +199,9 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         self._enqueue((stream, request), closed="the server is shutting down")
         return stream
 
-    def generate(self, prompt: list[int], **kwargs: object) -> GenerationStream:
-        return self.submit(GenerationRequest(prompt=prompt, **kwargs))  # type: ignore[arg-type]
+    def generate(self, prompt: list[int], **kwargs: Any) -> GenerationStream:
+        """`submit` with the request's fields as keywords."""
+        return self.submit(GenerationRequest(prompt=prompt, **kwargs))
 
     def force_tokens(self, stream: GenerationStream, tokens: list[int]) -> bool:
         """Make every live choice of `stream` emit `tokens` next (e.g. end of reasoning)."""
@@ -259,8 +262,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
                 spec.close()
         if self._draft_model is not None:
             self._draft_model.close()
-        llama_cpp.llama_free(self._ctx)
-        self._ctx = None
+        llama_cpp.llama_free(self._ctx)  # once: _stop_loop admits one close, after the last step
 
     def __enter__(self) -> Engine:
         return self
@@ -403,8 +405,9 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             slot.t_start = now
             slot.cached = keep
             slot.saveable = False
-            slot.in_reasoning = req.reasoning is not None and req.reasoning.open
-            if slot.in_reasoning and req.reasoning.budget == 0:
+            reasoning = req.reasoning
+            slot.in_reasoning = reasoning is not None and reasoning.open
+            if reasoning is not None and slot.in_reasoning and reasoning.budget == 0:
                 self.output.force_reasoning_end(slot)
             slot.state = "waiting_parent" if i else "prompt"
         parent.children = slots[1:]
@@ -453,7 +456,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         ):
             end = self._chunk_end(slot)
             need = min(end - slot.prompt_pos, self._row_budget)
-            if self._companions and need >= EXACT_PIECE and end == len(slot.request.prompt):
+            if self._companions and need >= EXACT_PIECE and end == len(slot.job_request.prompt):
                 # the prompt's last row on its own, as a warm rerun of this prompt decodes it:
                 # the same request answers alike whether its prefix is cached or not
                 need -= 1
@@ -470,14 +473,14 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             self._decode_and_sample(batch, sample_rows, prompt_chunks, verify)
         if big is not None and big[0].state == "prompt":
             batch.clear()
-            rows: list[tuple[Slot, int]] = []
-            self._add_prompt(batch, big[0], big[1], rows)
-            self._decode_and_sample(batch, rows, [big], [])
+            big_rows: list[tuple[Slot, int]] = []
+            self._add_prompt(batch, big[0], big[1], big_rows)
+            self._decode_and_sample(batch, big_rows, [big], [])
 
     def _chunk_end(self, slot: Slot) -> int:
         """Where the slot's next prompt chunk must end: the prompt's end or a checkpoint
         (taken here, between steps, when the slot has just reached one)."""
-        end = len(slot.request.prompt)
+        end = len(slot.job_request.prompt)
         if slot.checkpoint_at:
             while slot.checkpoint_at and slot.checkpoint_at[0] <= slot.prompt_pos:
                 if slot.checkpoint_at.pop(0) == slot.prompt_pos:
@@ -489,7 +492,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
     def _add_prompt(
         self, batch: Batch, slot: Slot, take: int, sample_rows: list[tuple[Slot, int]]
     ) -> None:
-        prompt = slot.request.prompt
+        prompt = slot.job_request.prompt
         for k in range(take):
             pos = slot.prompt_pos + k
             last = pos == len(prompt) - 1
@@ -519,15 +522,14 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             self.drafting.time_step(elapsed, sum(len(v[2]) for v in verify))
         # 3. book-keeping: what the KV now holds
         for slot, take in prompt_chunks:
-            prompt = slot.request.prompt
+            prompt = slot.job_request.prompt
             slot.kv_tokens.extend(prompt[slot.prompt_pos : slot.prompt_pos + take])
             slot.prompt_pos += take
             self.stats.prompt_tokens_processed += take
         now = time.perf_counter()
         for slot, _row in sample_rows:
             if slot.state == "generating":
-                slot.kv_tokens.append(slot.pending)
-                slot.pending = None
+                slot.commit_pending()
             else:  # prompt finished in this step
                 slot.t_prompt_done = now
                 slot.state = "generating"
@@ -563,8 +565,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         """Sample the target at the pending token's row and each draft row in turn; keep the
         draft up to the first token the target did not sample, drop the rest from the KV."""
         seq = slot.spec
-        slot.kv_tokens.append(slot.pending)
-        slot.pending = None
+        slot.commit_pending()
         slot.draft_n += len(draft)
         accepted = 0
         for i, row in enumerate(rows):
@@ -572,8 +573,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             if slot.state != "generating" or slot.pending is None:
                 break  # finished (stop, length, end of generation)
             if i < len(draft) and slot.pending == draft[i]:
-                slot.kv_tokens.append(slot.pending)
-                slot.pending = None
+                slot.commit_pending()
                 accepted += 1
                 slot.draft_accepted += 1
                 continue

@@ -11,6 +11,7 @@ import logging
 
 import llama_cpp
 
+from ._backend import memory_of
 from .prompt_cache import CacheEntry, Checkpoint, PromptCache, common_prefix, load_seq, save_seq
 from .requests import EngineConfig, EngineStats, GenerationRequest
 from .slot import Slot
@@ -35,7 +36,7 @@ class SlotMemory:
         drafter: DraftModel | None,
     ) -> None:
         self._ctx = ctx
-        self._mem = llama_cpp.llama_get_memory(ctx)
+        self._mem = memory_of(ctx)
         self.config = config
         self.cache = cache
         self._can_trim = can_trim
@@ -77,24 +78,28 @@ class SlotMemory:
         if not idle and lcp / n >= 0.5:
             return
         slot.saveable = False
-        if self.cache.contains(slot.kv_tokens):
+        cache = self.cache
+        if cache is None or cache.contains(slot.kv_tokens):  # saveable implies a cache
             return
         state = save_seq(self._ctx, slot.seq_id)
         if state is None:
             return
-        entry = CacheEntry(list(slot.kv_tokens), state, self.cache.layout, list(slot.checkpoints))
+        entry = CacheEntry(list(slot.kv_tokens), state, cache.layout, list(slot.checkpoints))
         drafter = self.drafter
         if drafter is not None and drafter.tokens[slot.seq_id]:
             entry.draft_state = save_seq(drafter.ctx, slot.seq_id)
             if entry.draft_state is not None:
                 entry.draft_tokens = list(drafter.tokens[slot.seq_id])
-        if self.cache.add(entry):
+        if cache.add(entry):
             log.debug("prompt cache: saved %d tokens of slot %d", n, slot.seq_id)
 
     def restore(self, slot: Slot, prompt: list[int], lcp: int) -> int:
         """Load the cached state that serves `prompt` better than the slot's own KV;
         return the new common prefix."""
-        entry = self.cache.take(prompt, lcp, len(slot.kv_tokens))
+        cache = self.cache
+        if cache is None:
+            return lcp
+        entry = cache.take(prompt, lcp, len(slot.kv_tokens))
         if entry is None:
             return lcp
         self.clear(slot)
@@ -112,7 +117,7 @@ class SlotMemory:
             else:
                 drafter.clear(slot.seq_id)
         lcp = common_prefix(entry.tokens, prompt)
-        self.cache.stats.tokens_restored += lcp
+        cache.stats.tokens_restored += lcp
         log.debug("prompt cache: restored %d tokens into slot %d", len(entry.tokens), slot.seq_id)
         return lcp
 

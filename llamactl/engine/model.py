@@ -17,7 +17,7 @@ import llama_cpp
 from llamactl.core.decision_keys import has_decision_type
 from llamactl.core.errors import ModelLoadError
 
-from ._backend import ensure_backend
+from ._backend import ensure_backend, vocab_of
 from .tokenize_chunks import CHUNK_CHARS, SpecialCuts
 
 
@@ -61,8 +61,8 @@ class Model:
                 f"llama.cpp could not load {self.path} (not a GGUF file, or an architecture "
                 "this llama.cpp does not know; run with LLAMACTL_LLAMA_LOG=1 for details)"
             )
-        self._handle = handle
-        self._vocab = llama_cpp.llama_model_get_vocab(handle)
+        self._handle: llama_cpp.llama_model_p | None = handle
+        self._vocab = vocab_of(handle)
         self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self._piece_cache: dict[tuple[int, bool], bytes] = {}
         self._piece_lock = threading.Lock()
@@ -73,6 +73,8 @@ class Model:
     # ----------------------------------------------------------------- handles
     @property
     def handle(self) -> llama_cpp.llama_model_p:
+        if self._handle is None:
+            raise ModelLoadError(f"the model {self.path.name} is closed")
         return self._handle
 
     @property
@@ -80,8 +82,9 @@ class Model:
         return self._vocab
 
     def close(self) -> None:
-        if getattr(self, "_handle", None):
-            llama_cpp.llama_model_free(self._handle)
+        handle = getattr(self, "_handle", None)  # absent when __init__ failed
+        if handle:
+            llama_cpp.llama_model_free(handle)
             self._handle = None
 
     def __del__(self) -> None:  # best effort; Engine.close() is the deterministic path
@@ -94,7 +97,7 @@ class Model:
         size = 256
         while True:
             buf = ctypes.create_string_buffer(size)
-            n = llama_cpp.llama_model_meta_val_str(self._handle, key.encode(), buf, size)
+            n = llama_cpp.llama_model_meta_val_str(self.handle, key.encode(), buf, size)
             if n < 0:
                 return None
             if n < size:
@@ -104,8 +107,8 @@ class Model:
     def _all_meta(self) -> dict[str, str]:
         out: dict[str, str] = {}
         buf = ctypes.create_string_buffer(512)
-        for i in range(llama_cpp.llama_model_meta_count(self._handle)):
-            n = llama_cpp.llama_model_meta_key_by_index(self._handle, i, buf, 512)
+        for i in range(llama_cpp.llama_model_meta_count(self.handle)):
+            n = llama_cpp.llama_model_meta_key_by_index(self.handle, i, buf, 512)
             if n < 0:
                 continue
             key = buf.value.decode("utf-8", "replace")
@@ -117,7 +120,7 @@ class Model:
         return out
 
     def _read_info(self) -> ModelInfo:
-        h = self._handle
+        h = self.handle
         metadata = self._all_meta()
         arch = metadata.get("general.architecture", "unknown")
         desc = ctypes.create_string_buffer(256)

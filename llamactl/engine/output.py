@@ -13,10 +13,10 @@ import llama_cpp
 
 from .kv_reuse import SlotMemory
 from .model import Model
-from .requests import EngineStats
+from .requests import EngineStats, ReasoningSpec
 from .sampling import token_logprobs
 from .slot import Slot
-from .types import Done, FinishReason, TextDelta, Timings, Usage
+from .types import Done, FinishReason, TextDelta, Timings, TokenLogprobs, Usage
 
 __all__ = ["OutputProcessor"]
 
@@ -40,13 +40,13 @@ class OutputProcessor:
         self._speculating = speculating  # timings then report draft counts
 
     def force_reasoning_end(self, slot: Slot) -> None:
-        spec = slot.request.reasoning
+        spec = slot.job_request.reasoning
         if spec is not None and slot.in_reasoning and not slot.forced:
             slot.forced.extend(spec.end_tokens)
             slot.in_reasoning = False  # no second force while these tokens drain
 
     def sample(self, slot: Slot, row: int) -> None:
-        req = slot.request
+        req = slot.job_request
         chain = slot.active_sampler()
         if slot.forced:
             token = slot.forced.popleft()
@@ -56,39 +56,39 @@ class OutputProcessor:
             token = chain.sample(self._ctx, row)
         slot.generated.append(token)
         self.stats.tokens_generated += 1
-        logprobs = ()
+        logprobs: TokenLogprobs = ()
         if req.logprobs is not None:
             logprobs = (
                 token_logprobs(
                     self._ctx, row, self.model.n_vocab, token, req.logprobs, self.model.token_text
                 ),
             )
+        detok, stops = slot.job_detok, slot.job_stops
         if self.model.is_eog(token) and not req.ignore_eos:
-            self._emit(slot, slot.detok.flush() + slot.stops.flush(), (token,), logprobs)
+            self._emit(slot, detok.flush() + stops.flush(), (token,), logprobs)
             self.finish(slot, "stop")
             return
-        piece = slot.detok.push(token)
+        piece = detok.push(token)
         if req.reasoning is not None:
-            self._track_reasoning(slot, piece)
-        text, stop = slot.stops.push(piece)
+            self._track_reasoning(slot, req.reasoning, piece)
+        text, stop = stops.push(piece)
         if stop is not None:
             self._emit(slot, text, (token,), logprobs)
             self.finish(slot, "stop", stop)
             return
         self._emit(slot, text, (token,), logprobs)
         if req.max_tokens is not None and len(slot.generated) >= req.max_tokens:
-            self._emit(slot, slot.detok.flush() + slot.stops.flush(), (), ())
+            self._emit(slot, detok.flush() + stops.flush(), (), ())
             self.finish(slot, "length")
             return
         if len(slot.kv_tokens) >= self.n_ctx_slot:  # no position left to decode it at
-            self._emit(slot, slot.detok.flush() + slot.stops.flush(), (), ())
+            self._emit(slot, detok.flush() + stops.flush(), (), ())
             self.finish(slot, "length")
             return
         slot.pending = token
 
-    def _track_reasoning(self, slot: Slot, piece: str) -> None:
+    def _track_reasoning(self, slot: Slot, spec: ReasoningSpec, piece: str) -> None:
         """Follow the reasoning markers in the output and enforce the budget."""
-        spec = slot.request.reasoning
         tail = (slot.marker_tail + piece)[-(len(spec.start) + len(spec.end) + 16) :]
         forcing = bool(slot.forced)
         if slot.in_reasoning or forcing:
@@ -106,9 +106,11 @@ class OutputProcessor:
                 self.force_reasoning_end(slot)
         slot.marker_tail = tail
 
-    def _emit(self, slot: Slot, text: str, tokens: tuple[int, ...], logprobs: tuple) -> None:
+    def _emit(
+        self, slot: Slot, text: str, tokens: tuple[int, ...], logprobs: TokenLogprobs
+    ) -> None:
         if text or logprobs:
-            slot.stream._push(TextDelta(text, tokens, logprobs, slot.index))
+            slot.job_stream._push(TextDelta(text, tokens, logprobs, slot.index))
 
     def finish(self, slot: Slot, reason: FinishReason, stop: str | None = None) -> None:
         """End the slot's generation; the slot is idle before its `Done` is delivered, so a
@@ -140,5 +142,5 @@ class OutputProcessor:
         slot.last_used = now
         slot._reset_job()
         slot.state = "idle"
-        if done is not None:
+        if stream is not None and done is not None:
             stream._push(done)

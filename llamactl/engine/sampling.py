@@ -13,7 +13,7 @@ import random
 import llama_cpp
 import numpy as np
 
-from llamactl.core.errors import InvalidRequestError
+from llamactl.core.errors import InvalidRequestError, LlamactlError
 
 from .types import SamplingParams, TokenLogprob
 
@@ -27,7 +27,7 @@ class SamplerChain:
         self.params = params
         self.seed = params.seed if params.seed is not None else random.randrange(2**32 - 1)
         chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-        self._chain = chain
+        self._chain: llama_cpp.llama_sampler_p | None = chain
         try:
             self._build(vocab, n_vocab, params)
         except Exception:
@@ -35,7 +35,7 @@ class SamplerChain:
             raise
 
     def _add(self, sampler: llama_cpp.llama_sampler_p) -> None:
-        llama_cpp.llama_sampler_chain_add(self._chain, sampler)
+        llama_cpp.llama_sampler_chain_add(self._live(), sampler)
 
     def _build(self, vocab: llama_cpp.llama_vocab_p, n_vocab: int, p: SamplingParams) -> None:
         if p.grammar:
@@ -50,7 +50,7 @@ class SamplerChain:
                     raise InvalidRequestError(
                         f"logit_bias: token id {tok} is out of the vocabulary"
                     )
-                arr[i].token, arr[i].bias = tok, bias
+                arr[i] = llama_cpp.llama_logit_bias(tok, bias)
             self._add(llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(p.logit_bias), arr))
         if p.repeat_penalty != 1.0 or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0:
             self._add(
@@ -77,11 +77,16 @@ class SamplerChain:
 
     def sample(self, ctx: llama_cpp.llama_context_p, row: int) -> int:
         """Sample from batch row `row` and accept the token into the chain's state."""
-        return llama_cpp.llama_sampler_sample(self._chain, ctx, row)
+        return llama_cpp.llama_sampler_sample(self._live(), ctx, row)
 
     def accept(self, token: int) -> None:
         """Record a token chosen outside the chain (forced or drafted) in its history."""
-        llama_cpp.llama_sampler_accept(self._chain, token)
+        llama_cpp.llama_sampler_accept(self._live(), token)
+
+    def _live(self) -> llama_cpp.llama_sampler_p:
+        if self._chain is None:
+            raise LlamactlError("the sampler chain was freed")
+        return self._chain
 
     def free(self) -> None:
         if self._chain:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Literal
+from typing import Literal, TypeVar
 
 from .detokenize import IncrementalDetokenizer
 from .prompt_cache import Checkpoint
@@ -17,6 +17,7 @@ __all__ = ["Slot", "SlotState"]
 
 
 SlotState = Literal["idle", "waiting_parent", "prompt", "generating"]
+_T = TypeVar("_T")
 
 
 class Slot:
@@ -69,4 +70,32 @@ class Slot:
         """The grammar-free chain while reasoning (or draining forced tokens), else the main one."""
         if self.free_sampler is not None and (self.in_reasoning or self.forced):
             return self.free_sampler
-        return self.sampler
+        return self._running(self.sampler, "sampler")
+
+    def commit_pending(self) -> None:
+        """The pending token has been decoded: the KV holds it now."""
+        self.kv_tokens.append(self._running(self.pending, "pending token"))
+        self.pending = None
+
+    # A busy slot always holds its job's request, stream, detokenizer and stop matcher (the
+    # engine sets them together when it assigns the job); these read them without an Optional.
+    @property
+    def job_request(self) -> GenerationRequest:
+        return self._running(self.request, "request")
+
+    @property
+    def job_stream(self) -> GenerationStream:
+        return self._running(self.stream, "stream")
+
+    @property
+    def job_detok(self) -> IncrementalDetokenizer:
+        return self._running(self.detok, "detokenizer")
+
+    @property
+    def job_stops(self) -> StopMatcher:
+        return self._running(self.stops, "stop matcher")
+
+    def _running(self, value: _T | None, what: str) -> _T:
+        if value is None:
+            raise RuntimeError(f"slot {self.seq_id} has no {what}: it runs no job")
+        return value

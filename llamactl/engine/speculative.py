@@ -23,6 +23,7 @@ import numpy as np
 
 from llamactl.core.errors import InvalidRequestError, ModelLoadError
 
+from ._backend import memory_of
 from .batch import Batch
 from .limits import MAX_DRAFT
 from .prompt_cache import common_prefix
@@ -205,15 +206,16 @@ class DraftModel(Speculator):
         if not ctx:
             raise ModelLoadError(f"llama.cpp could not create a context for {model.path.name}")
         self.ctx = ctx
-        self.mem = llama_cpp.llama_get_memory(ctx)
+        self._open = True
+        self.mem = memory_of(ctx)
         self.batch = Batch(n_batch)
         self.tokens: list[list[int]] = [[] for _ in range(n_parallel)]  # what each seq holds
 
     def close(self) -> None:
-        if self.ctx is not None:
+        if self._open:
+            self._open = False
             self.batch.free()
             llama_cpp.llama_free(self.ctx)
-            self.ctx = None
 
     def clear(self, seq_id: int) -> None:
         llama_cpp.llama_memory_seq_rm(self.mem, seq_id, -1, -1)

@@ -86,13 +86,17 @@ class TokenLogprob:
     logprob: float
 
 
+# Per token of a delta: the sampled token and the most likely alternatives.
+TokenLogprobs = tuple[tuple[TokenLogprob, tuple[TokenLogprob, ...]], ...]
+
+
 @dataclass(frozen=True)
 class TextDelta:
     """New text of one generation; `text` never holds a partial stop string."""
 
     text: str
     token_ids: tuple[int, ...] = ()
-    logprobs: tuple[tuple[TokenLogprob, tuple[TokenLogprob, ...]], ...] = ()
+    logprobs: TokenLogprobs = ()
     index: int = 0
 
 

@@ -12,6 +12,7 @@ Failures are the typed errors of `errors` (no Textual, no FastAPI in here).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import queue
@@ -280,7 +281,7 @@ class RealtimeClient:
             "role": "user",
             "content": [{"type": "input_text", "text": text}],
         }
-        await self.send(protocol.ConversationItemCreate(item=item))  # type: ignore[arg-type]
+        await self.send(protocol.ConversationItemCreate(item=item))
 
     async def create_response(self) -> None:
         await self.send(protocol.ResponseCreate())
@@ -345,7 +346,7 @@ class BlockingClient:
             target=self._loop.run_forever, name="llamactl-realtime", daemon=True
         )
         self._events: queue.Queue[protocol.ServerEvent | BaseException] = queue.Queue()
-        self._reader: asyncio.Future[None] | None = None
+        self._reader: concurrent.futures.Future[None] | None = None
 
     def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)

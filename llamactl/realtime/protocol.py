@@ -580,7 +580,7 @@ def _item_content(value: Any, info: ValidationInfo) -> Any:
     """Parts as sent, reduced to what is read: the text, a transcript, or audio to decode."""
     if not isinstance(value, list) or not value:
         raise _refuse("item.content must be a non-empty list", "item.content")
-    role = info.data.get("role")
+    role = info.data["role"]  # validated first: a refused role stops validation there
     allowed = _ALLOWED_PARTS[role]
     parts: list[dict[str, Any]] = []
     for n, part in enumerate(value):
@@ -611,10 +611,10 @@ class NewItem(_Shape):
     type: Annotated[Literal["message"], BeforeValidator(_item_kind)] = "message"
     role: Annotated[Literal["user", "assistant", "system"], BeforeValidator(_item_role)] = Field(
         default=None, validate_default=True
-    )  # type: ignore[assignment]
+    )
     id: Annotated[str | None, BeforeValidator(_item_id)] = None
     content: Annotated[list[ContentPart], BeforeValidator(_item_content)] = Field(
-        default=None,  # type: ignore[arg-type]
+        default=None,
         validate_default=True,
     )
 
@@ -681,7 +681,7 @@ class SessionUpdate(ClientEvent):
 
     type: Literal["session.update"] = "session.update"
     session: Annotated[dict[str, Any], BeforeValidator(_session_body)] = Field(
-        default=None,  # type: ignore[arg-type]
+        default=None,
         validate_default=True,
     )
 
@@ -695,7 +695,7 @@ def _append_audio(value: Any) -> Any:
 class InputAudioBufferAppend(ClientEvent):
     type: Literal["input_audio_buffer.append"] = "input_audio_buffer.append"
     audio: Annotated[str, BeforeValidator(_append_audio)] = Field(
-        default=None,  # type: ignore[assignment]
+        default=None,
         validate_default=True,
     )
 
@@ -725,7 +725,7 @@ class ConversationItemCreate(ClientEvent):
 
     type: Literal["conversation.item.create"] = "conversation.item.create"
     item: Annotated[NewItem, BeforeValidator(_item_object)] = Field(
-        default=None,  # type: ignore[assignment]
+        default=None,
         validate_default=True,
     )
     previous_item_id: Annotated[str | None, BeforeValidator(_previous_id)] = None
@@ -759,7 +759,7 @@ class ConversationItemTruncate(ClientEvent):
     type: Literal["conversation.item.truncate"] = "conversation.item.truncate"
     item_id: ItemId = None
     audio_end_ms: Annotated[int, BeforeValidator(_audio_end)] = Field(
-        default=None,  # type: ignore[assignment]
+        default=None,
         validate_default=True,
     )
     content_index: Annotated[int, BeforeValidator(_content_zero)] = 0
@@ -1242,6 +1242,7 @@ REASONING_DONES = (
 class ReasoningDelta(ServerEvent):
     """llamactl extension: the model's reasoning, never spoken nor kept in the item."""
 
+    # a Literal of a tuple's names: pydantic reads it, mypy accepts only literal values
     type: Literal[REASONING_DELTAS] = "response.reasoning.delta"  # type: ignore[valid-type]
     response_id: str | None = None
     delta: str = ""
@@ -1250,6 +1251,7 @@ class ReasoningDelta(ServerEvent):
 class ReasoningDone(ServerEvent):
     """llamactl extension: the whole reasoning of a response."""
 
+    # a Literal of a tuple's names: pydantic reads it, mypy accepts only literal values
     type: Literal[REASONING_DONES] = "response.reasoning.done"  # type: ignore[valid-type]
     response_id: str | None = None
     text: str = ""
@@ -1335,7 +1337,7 @@ def check_server_event(data: dict[str, Any]) -> ServerEvent:
     """A server event as its model, strictly: known type, every field the server must send,
     no field the protocol does not have. ValueError (or ValidationError) says what is off."""
     kind = data.get("type")
-    cls = SERVER_EVENTS.get(kind)  # type: ignore[arg-type]
+    cls = SERVER_EVENTS.get(kind) if isinstance(kind, str) else None
     if cls is None or kind in REASONING_DELTAS[1:] + REASONING_DONES[1:]:
         raise ValueError(f"not a server event llamactl sends: {kind!r}")
     return cls.model_validate(data, context=_STRICT)

@@ -113,7 +113,6 @@ def _read_av(
             stream = container.streams.audio[0]
             native = check_file_rate(int(stream.codec_context.sample_rate or stream.rate or 0))
             rate = out_rate or native
-            limit = None if max_seconds is None else max_seconds * rate
             resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
             chunks: list[np.ndarray] = []
             total = 0
@@ -121,13 +120,13 @@ def _read_av(
                 for out in resampler.resample(frame):
                     chunks.append(out.to_ndarray().reshape(-1))
                     total += chunks[-1].size
-                if limit is not None and total > limit:
-                    raise _too_long(max_seconds)  # type: ignore[arg-type]
+                if max_seconds is not None and total > max_seconds * rate:
+                    raise _too_long(max_seconds)
             for out in resampler.resample(None):
                 chunks.append(out.to_ndarray().reshape(-1))
                 total += chunks[-1].size
-            if limit is not None and total > limit:
-                raise _too_long(max_seconds)  # type: ignore[arg-type]
+            if max_seconds is not None and total > max_seconds * rate:
+                raise _too_long(max_seconds)
     except (AudioDecodeError, AudioTooLongError):
         raise
     except Exception as exc:  # PyAV raises many types for bad input

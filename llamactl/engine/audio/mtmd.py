@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,6 +23,10 @@ from llamactl.core.errors import ModelLoadError, ModelNotFoundError
 
 from .transcriber import Transcriber
 from .types import WindowText
+
+if TYPE_CHECKING:  # loaded on first use: importing llama_cpp loads the shared library
+    import llama_cpp
+    from llama_cpp import mtmd_cpp
 
 _errors: list[str] = []  # the latest error lines mtmd logged, for load messages
 _log_installed = False
@@ -112,9 +117,9 @@ class MtmdTranscriber(Transcriber):
         self.threads = threads or physical_cores()
         self._mtmd = mtmd
         self._llama = llama_cpp
-        self._ctx = None
-        self._lctx = None
-        self._sampler = None
+        self._ctx: mtmd.mtmd_context_p | None = None
+        self._lctx: llama_cpp.llama_context_p | None = None
+        self._sampler: llama_cpp.llama_sampler_p | None = None
         self._model = Model(model_path)
         try:
             params = mtmd.mtmd_context_params_default()
@@ -172,7 +177,11 @@ class MtmdTranscriber(Transcriber):
     def transcribe_window(
         self, audio: np.ndarray, *, language: str | None = None, prompt: str | None = None
     ) -> WindowText:
-        mtmd, llama = self._mtmd, self._llama
+        from llamactl.engine._backend import memory_of
+
+        mtmd = self._mtmd
+        llama = self._llama
+        ctx, lctx, _ = self._handles()
         samples = np.ascontiguousarray(audio, dtype=np.float32)
         if samples.size < self.sample_rate // 10:
             return WindowText("", no_speech_prob=1.0)
@@ -185,13 +194,13 @@ class MtmdTranscriber(Transcriber):
                 raise RuntimeError("mtmd could not allocate the audio input")
             inp = mtmd.mtmd_input_text(text_bytes, len(text_bytes), True, True)
             bitmaps = (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap)
-            rc = mtmd.mtmd_tokenize(self._ctx, chunks, ctypes.byref(inp), bitmaps, 1)
+            rc = mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), bitmaps, 1)
             if rc != 0:
                 raise RuntimeError(f"mtmd_tokenize failed ({rc}): the prompt lost its marker?")
-            llama.llama_memory_clear(llama.llama_get_memory(self._lctx), True)
+            llama.llama_memory_clear(memory_of(lctx), True)
             n_past = llama.llama_pos(0)
             rc = mtmd.mtmd_helper_eval_chunks(
-                self._ctx, self._lctx, chunks, 0, 0, 512, True, ctypes.byref(n_past)
+                ctx, lctx, chunks, 0, 0, 512, True, ctypes.byref(n_past)
             )
             if rc != 0:
                 raise RuntimeError(f"mtmd could not evaluate the audio ({rc})")
@@ -204,31 +213,40 @@ class MtmdTranscriber(Transcriber):
         text = self._model.detokenize(tokens).strip()
         return WindowText(text, tokens=len(tokens))
 
+    def _handles(
+        self,
+    ) -> tuple[mtmd_cpp.mtmd_context_p, llama_cpp.llama_context_p, llama_cpp.llama_sampler_p]:
+        if self._ctx is None or self._lctx is None or self._sampler is None:
+            raise ModelLoadError("the speech model is closed")
+        return self._ctx, self._lctx, self._sampler
+
     def _generate(self) -> list[int]:
         llama = self._llama
-        llama.llama_sampler_reset(self._sampler)
+        _, lctx, sampler = self._handles()
+        llama.llama_sampler_reset(sampler)
         out: list[int] = []
         token_buf = (llama.llama_token * 1)()
         for _ in range(MAX_TOKENS):
-            token = llama.llama_sampler_sample(self._sampler, self._lctx, -1)
+            token = llama.llama_sampler_sample(sampler, lctx, -1)
             if self._model.is_eog(token):
                 break
             out.append(token)
             token_buf[0] = token
-            if llama.llama_decode(self._lctx, llama.llama_batch_get_one(token_buf, 1)) != 0:
+            if llama.llama_decode(lctx, llama.llama_batch_get_one(token_buf, 1)) != 0:
                 break
         return out
 
     def close(self) -> None:
-        llama, mtmd = getattr(self, "_llama", None), getattr(self, "_mtmd", None)
-        if getattr(self, "_sampler", None):
-            llama.llama_sampler_free(self._sampler)
+        # each is absent when __init__ failed before it; the bindings are set before them all
+        sampler, lctx, ctx = (getattr(self, a, None) for a in ("_sampler", "_lctx", "_ctx"))
+        if sampler:
+            self._llama.llama_sampler_free(sampler)
             self._sampler = None
-        if getattr(self, "_lctx", None):
-            llama.llama_free(self._lctx)
+        if lctx:
+            self._llama.llama_free(lctx)
             self._lctx = None
-        if getattr(self, "_ctx", None):
-            mtmd.mtmd_free(self._ctx)
+        if ctx:
+            self._mtmd.mtmd_free(ctx)
             self._ctx = None
         model = getattr(self, "_model", None)
         if model is not None:

@@ -452,10 +452,10 @@ class TranscriptionStream:
 
     def _clear_at(self, pos: int) -> None:
         item = self._vad_item
-        for region in list(self._ready):
-            if region.item == item:
-                region.dead = True
-                self._ready.remove(region)
+        for ready in list(self._ready):
+            if ready.item == item:
+                ready.dead = True
+                self._ready.remove(ready)
         region = self._region
         if region is not None:
             region.dead = True

@@ -13,6 +13,7 @@ import ctypes
 import queue
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -43,12 +44,31 @@ _CALLBACK = ctypes.CFUNCTYPE(
 )
 
 _LOCK = threading.Lock()
-_state: dict[str, object] = {}
 
 
-def _library() -> tuple[ctypes.CDLL, int]:
+@dataclass(frozen=True)
+class _Loaded:
+    """eSpeak NG as initialised for this process, and the voices it lists (once each)."""
+
+    lib: ctypes.CDLL
+    rate: int
+    data_dir: Path
+
+
+@dataclass(frozen=True)
+class _VoiceLists:
+    table: dict[str, Voice]  # listed name (lower case) -> voice
+    names: VoiceNames
+
+
+_loaded: _Loaded | None = None
+_voices_read: _VoiceLists | None = None
+
+
+def _library() -> _Loaded:
     """Load and initialise eSpeak NG once per process (it cannot be loaded twice)."""
-    if "lib" not in _state:
+    global _loaded
+    if _loaded is None:
         import espeakng_loader
 
         lib = load_library(espeakng_loader.get_library_path())
@@ -56,8 +76,8 @@ def _library() -> tuple[ctypes.CDLL, int]:
         rate = lib.espeak_Initialize(_SYNCHRONOUS, _BUFFER_MS, str(data_dir.parent).encode(), 0)
         if rate <= 0:
             raise SynthesisError(f"eSpeak NG did not initialise (data in {data_dir})")
-        _state["lib"], _state["rate"], _state["data_dir"] = lib, rate, data_dir
-    return _state["lib"], _state["rate"]  # type: ignore[return-value]
+        _loaded = _Loaded(lib, rate, data_dir)
+    return _loaded
 
 
 class EspeakSynthesizer(Synthesizer):
@@ -68,7 +88,8 @@ class EspeakSynthesizer(Synthesizer):
 
     def __init__(self) -> None:
         with _LOCK:
-            self._lib, self._rate = _library()
+            loaded = _library()
+        self._lib, self._rate, self._data_dir = loaded.lib, loaded.rate, loaded.data_dir
 
     @property
     def sample_rate(self) -> int:
@@ -76,11 +97,12 @@ class EspeakSynthesizer(Synthesizer):
 
     def voices(self) -> list[Voice]:
         with _LOCK:
-            return sorted(self._voice_table().values(), key=lambda voice: voice.name)
+            return sorted(self._voice_lists().table.values(), key=lambda voice: voice.name)
 
-    def _voice_table(self) -> dict[str, Voice]:
-        """Listed name (lower case) -> voice; caller holds `_LOCK`."""
-        if "voices" not in _state:
+    def _voice_lists(self) -> _VoiceLists:
+        """The voices eSpeak lists, read once; caller holds `_LOCK`."""
+        global _voices_read
+        if _voices_read is None:
             table: dict[str, Voice] = {}
             listed: list[ListedVoice] = []
             found = self._lib.espeak_ListVoices(None)
@@ -100,15 +122,14 @@ class EspeakSynthesizer(Synthesizer):
                 if ident:
                     listed.append(ListedVoice(ident, tuple(langs), description))
                 i += 1
-            variants = variant_files(_state["data_dir"])  # type: ignore[arg-type]
-            _state["voices"], _state["names"] = table, VoiceNames(listed, variants)
-        return _state["voices"]  # type: ignore[return-value]
+            variants = variant_files(self._data_dir)
+            _voices_read = _VoiceLists(table, VoiceNames(listed, variants))
+        return _voices_read
 
     def _voice_id(self, voice: str) -> bytes:
         """What eSpeak is given for a client's `voice`: only names from its own lists (see
         `synth_espeak_voices`), never the string itself; caller holds `_LOCK`."""
-        self._voice_table()
-        return _state["names"].resolve(voice)  # type: ignore[union-attr]
+        return self._voice_lists().names.resolve(voice)
 
     def synthesize(
         self,

@@ -69,7 +69,7 @@ class FasterWhisperTranscriber(Transcriber):
         from llamactl.engine.limits import physical_cores
 
         embedded = model_dir is None
-        path = embedded_model_dir() if embedded else Path(model_dir)
+        path = embedded_model_dir() if model_dir is None else Path(model_dir)
         if not is_ctranslate2_whisper(path):
             raise ModelNotFoundError(
                 f"{path} is not a CTranslate2 Whisper model (a directory with model.bin and "

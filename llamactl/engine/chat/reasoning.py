@@ -11,9 +11,10 @@ from dataclasses import replace
 from enum import Enum, auto
 
 from llamactl.engine.chat.markers import THINK, ThinkingMarkers
-from llamactl.engine.types import ContentDelta, ReasoningDelta
+from llamactl.engine.types import ContentDelta, ReasoningDelta, ToolCallDelta
 
-ChatDelta = ReasoningDelta | ContentDelta
+# A delta of one choice: text from the first stage, tool calls from a later one.
+ChatDelta = ReasoningDelta | ContentDelta | ToolCallDelta
 
 
 class _State(Enum):
@@ -36,12 +37,18 @@ def coalesce(events: list[ChatDelta]) -> list[ChatDelta]:
     """Merge neighbouring deltas of one kind and drop empty ones, so callers send fewer chunks."""
     merged: list[ChatDelta] = []
     for event in events:
-        # Only text deltas merge; other event kinds (from later stages) pass through untouched.
-        text_delta = isinstance(event, (ReasoningDelta, ContentDelta))
-        if text_delta and not event.text:
+        # Only text deltas merge; tool calls (from a later stage) pass through untouched.
+        if isinstance(event, ToolCallDelta):
+            merged.append(event)
+            continue
+        if not event.text:
             continue
         last = merged[-1] if merged else None
-        if text_delta and type(last) is type(event) and last.index == event.index:
+        if (
+            isinstance(last, (ReasoningDelta, ContentDelta))
+            and type(last) is type(event)
+            and last.index == event.index
+        ):
             merged[-1] = replace(last, text=last.text + event.text)
         else:
             merged.append(event)

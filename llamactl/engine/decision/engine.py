@@ -29,6 +29,7 @@ from llamactl.core.errors import (
     InvalidRequestError,
     LlamactlError,
 )
+from llamactl.engine._backend import memory_of
 from llamactl.engine.batch import Batch
 from llamactl.engine.context import ContextLayout, default_slot_ctx, open_context, physical_cores
 from llamactl.engine.loop import DecodeLoop
@@ -36,7 +37,7 @@ from llamactl.engine.requests import EngineStats
 
 from .loader import DecisionModel
 from .media import MediaSet, MediaUnit
-from .prompt import Task
+from .prompt import Task, Unit
 from .readout import answers
 from .request import parse_request
 from .types import DecisionRequest, DecisionResult
@@ -81,6 +82,19 @@ class _Slot:
     shared_rows: dict[int, list[Task]] = field(default_factory=dict)
     t_admit: float = 0.0
 
+    # A busy slot always holds its job and task (`_start_group` sets them together).
+    @property
+    def active_job(self) -> _Job:
+        if self.job is None:
+            raise RuntimeError(f"decision slot {self.seq_id} runs no job")
+        return self.job
+
+    @property
+    def active_task(self) -> Task:
+        if self.task is None:
+            raise RuntimeError(f"decision slot {self.seq_id} runs no task")
+        return self.task
+
     def reset(self) -> None:
         self.job = self.task = None
         self.state = "idle"
@@ -124,7 +138,7 @@ class DecisionEngine(DecodeLoop["_Job"]):
         )
         llama_cpp.llama_set_causal_attn(ctx, dm.dtype.causal)
         self._ctx = ctx
-        self._mem = llama_cpp.llama_get_memory(ctx)
+        self._mem = memory_of(ctx)
         self.n_ctx = llama_cpp.llama_n_ctx(ctx)
         self.n_ctx_slot = llama_cpp.llama_n_ctx_seq(ctx)
         self.n_batch = llama_cpp.llama_n_batch(ctx)
@@ -202,8 +216,7 @@ class DecisionEngine(DecodeLoop["_Job"]):
         for job in {id(j): j for j in [*running, *queued]}.values():
             self._fail(job, err)
         self._batch.free()
-        llama_cpp.llama_free(self._ctx)
-        self._ctx = None
+        llama_cpp.llama_free(self._ctx)  # once: _stop_loop admits one close, after the last step
 
     def __enter__(self) -> DecisionEngine:
         return self
@@ -248,6 +261,8 @@ class DecisionEngine(DecodeLoop["_Job"]):
         across threads), check they fit, and queue them in blocks."""
         try:
             if job.request.media:
+                if self.dm.projector is None:  # refused by check_media before it was queued
+                    raise DecisionNotSupportedError("media need the model's mmproj")
                 job.media = self.dm.projector.open(job.request.media)
             job.tasks = self.dm.builder.build(job.request, job.media)
             for task in job.tasks:
@@ -302,10 +317,8 @@ class DecisionEngine(DecodeLoop["_Job"]):
         chunks: list[tuple[_Slot, int]] = []
         for slot in sorted(self._prompting(), key=lambda s: s.t_admit):
             room = batch.free_rows
-            units = slot.task.units
-            end = slot.cursor
-            while end < slot.stop and not isinstance(units[end], MediaUnit):
-                end += 1
+            tokens = _token_run(slot.active_task.units, slot.cursor, slot.stop)
+            end = slot.cursor + len(tokens)
             take = min(room, end - slot.cursor)
             if not self.dm.dtype.causal and take < end - slot.cursor:
                 continue  # the whole prompt in one batch, or not yet
@@ -316,7 +329,7 @@ class DecisionEngine(DecodeLoop["_Job"]):
                 # with embeddings on llama.cpp outputs every row anyway: say so, quietly
                 flag = k in wanted
                 pos = slot.pos + k - slot.cursor
-                row = batch.add(units[k], pos, slot.seq_id, flag or self._hidden)
+                row = batch.add(tokens[k - slot.cursor], pos, slot.seq_id, flag or self._hidden)
                 if flag:
                     reads.append((row, slot, k))
             chunks.append((slot, take))
@@ -327,7 +340,7 @@ class DecisionEngine(DecodeLoop["_Job"]):
         rc = llama_cpp.llama_decode(self._ctx, batch.raw)
         if rc != 0:
             err = LlamactlError(f"llama_decode failed (code {rc}); the request was ended")
-            for job in {id(s.job): s.job for s, _ in chunks}.values():
+            for job in {id(s.job): s.active_job for s, _ in chunks}.values():
                 self._fail(job, err)
             return
         self.stats.decode_calls += 1
@@ -344,22 +357,26 @@ class DecisionEngine(DecodeLoop["_Job"]):
         return [s for s in self._slots if s.state == "prompt"]
 
     def _wanted(self, slot: _Slot) -> set[int]:
-        wanted = set(slot.task.outputs)
+        wanted = set(slot.active_task.outputs)
         wanted.update(slot.shared_rows)
         return wanted
 
     def _decode_media(self) -> None:
         """Images are decoded by mtmd on their own (outside the batch), in order."""
         for slot in self._prompting():
-            units = slot.task.units
-            while slot.cursor < slot.stop and isinstance(units[slot.cursor], MediaUnit):
+            units, job = slot.active_task.units, slot.active_job
+            while slot.cursor < slot.stop:
                 unit = units[slot.cursor]
+                if not isinstance(unit, MediaUnit):
+                    break
                 try:
-                    slot.pos = slot.job.media.decode(
+                    if job.media is None:  # media units come from the job's media set
+                        raise LlamactlError("a media unit outside the request's media")
+                    slot.pos = job.media.decode(
                         unit, self._ctx, slot.pos, slot.seq_id, self.n_batch
                     )
                 except Exception as exc:
-                    self._fail(slot.job, exc)
+                    self._fail(job, exc)
                     break
                 slot.cursor += 1
                 self.stats.prompt_tokens_processed += unit.n_tokens
@@ -372,7 +389,7 @@ class DecisionEngine(DecodeLoop["_Job"]):
         else:
             ptr = llama_cpp.llama_get_logits_ith(self._ctx, row)
             logits = np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,))
-        for task in slot.shared_rows.get(unit, [slot.task]):
+        for task in slot.shared_rows.get(unit, [slot.active_task]):
             if unit in task.outputs:
                 task.rows[unit] = data if self._hidden else logits[task.ids].copy()
 
@@ -382,26 +399,26 @@ class DecisionEngine(DecodeLoop["_Job"]):
                 continue
             if slot.children:
                 self._fork(slot)
-            elif slot.cursor >= len(slot.task.units):
+            elif slot.cursor >= len(slot.active_task.units):
                 self._finish_task(slot)
 
     def _fork(self, parent: _Slot) -> None:
         """Give every child of the block a copy of the decoded prefix."""
         shared = sum(
             u.n_tokens if isinstance(u, MediaUnit) else 1
-            for u in parent.task.units[: parent.cursor]
+            for u in parent.active_task.units[: parent.cursor]
         )
         for child in parent.children:
             llama_cpp.llama_memory_seq_cp(self._mem, parent.seq_id, child.seq_id, -1, -1)
             child.cursor, child.pos, child.state = parent.cursor, parent.pos, "prompt"
             self.stats.prompt_tokens_cached += shared
-            parent.job.cached += shared
+            parent.active_job.cached += shared
         parent.children = []
         parent.shared_rows = {}
-        parent.stop = len(parent.task.units)
+        parent.stop = len(parent.active_task.units)
 
     def _finish_task(self, slot: _Slot) -> None:
-        job = slot.job
+        job = slot.active_job
         self._free(slot)
         job.pending -= 1
         if job.pending == 0 and not job.failed:
@@ -442,6 +459,16 @@ class DecisionEngine(DecodeLoop["_Job"]):
         if job.media is not None:
             job.media.close()
             job.media = None
+
+
+def _token_run(units: list[Unit], start: int, stop: int) -> list[int]:
+    """The token ids from `start` up to the next media unit (or `stop`)."""
+    run: list[int] = []
+    for unit in units[start:stop]:
+        if isinstance(unit, MediaUnit):
+            break
+        run.append(unit)
+    return run
 
 
 def _common_prefix(prompts: list[list[Any]]) -> int:

@@ -35,7 +35,8 @@ Head = ClassifierHead | PointerHead | OmniHead
 
 def decision_type_of(info: GGUFInfo) -> str | None:
     """`{arch}.decision.type` (or the bare `decision.type` of early files), if any."""
-    value = info.get(type_key(info.architecture), info.get(BARE_TYPE_KEY))
+    arch, bare = info.architecture, info.get(BARE_TYPE_KEY)
+    value = bare if arch is None else info.get(type_key(arch), bare)
     return value if isinstance(value, str) else None
 
 
@@ -127,6 +128,8 @@ def read_temperatures(info: GGUFInfo) -> dict[str, float]:
 
 def read_noul_floor(info: GGUFInfo) -> float:
     """`{arch}.decision.noul_floor`: absent or 0 is off, else in (0.5, 1)."""
+    if info.architecture is None:
+        return 0.0
     key = noul_floor_key(info.architecture)
     value = info.get(key)
     if value is None:

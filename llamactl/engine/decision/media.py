@@ -20,6 +20,7 @@ from llama_cpp import mtmd_cpp as mtmd
 
 from llamactl.core.errors import InvalidRequestError, LlamactlError, ModelLoadError
 from llamactl.core.gguf_info import read_gguf_info
+from llamactl.engine._backend import model_of, require
 
 from .types import Media
 
@@ -62,7 +63,7 @@ def projector_types(info) -> list[str]:
 
 
 # mtmd_helper_decode_image_chunk's optional post-decode hook, passed as a NULL function pointer
-_NO_CALLBACK = ctypes.cast(None, mtmd.mtmd_helper_post_decode_callback)
+_NO_CALLBACK = mtmd.mtmd_helper_post_decode_callback()
 
 
 @dataclass(eq=True, frozen=True)
@@ -72,13 +73,13 @@ class MediaUnit:
     key: int  # the media's index in the request
     n_tokens: int = field(compare=False)
     n_pos: int = field(compare=False)
-    chunk: object = field(compare=False, repr=False)  # mtmd_input_chunk_p, owned by a batch
+    chunk: mtmd.mtmd_input_chunk_p = field(compare=False, repr=False)  # owned by a chunk list
 
 
 class Projector:
     """An mmproj paired with the text model."""
 
-    def __init__(self, path: Path, model_handle: object, n_threads: int) -> None:
+    def __init__(self, path: Path, model_handle: llama_cpp.llama_model_p, n_threads: int) -> None:
         _route_log()
         info = read_gguf_info(path)  # a wrong file is refused with a message, not an abort
         if info.model_type != "mmproj" and info.architecture != "clip":
@@ -106,10 +107,16 @@ class Projector:
                 "logged above)"
             )
         self.path = path
-        self._ctx = ctx
+        self._ctx: mtmd.mtmd_context_p | None = ctx
         self.marker = mtmd.mtmd_default_marker().decode()
         self.vision = bool(mtmd.mtmd_support_vision(ctx))
         self.audio = bool(mtmd.mtmd_support_audio(ctx))
+
+    @property
+    def ctx(self) -> mtmd.mtmd_context_p:
+        if self._ctx is None:
+            raise LlamactlError(f"the mmproj {self.path.name} is closed")
+        return self._ctx
 
     def close(self) -> None:
         if self._ctx:
@@ -128,14 +135,14 @@ class MediaSet:
 
     def __init__(self, projector: Projector, media: tuple[Media, ...]) -> None:
         self.projector = projector
-        self._bitmaps: list[object] = []
-        self._chunk_lists: list[object] = []
+        self._bitmaps: list[mtmd.mtmd_bitmap_p] = []
+        self._chunk_lists: list[mtmd.mtmd_input_chunks_p] = []
         self._encoded: dict[int, np.ndarray] = {}
         try:
             for i, m in enumerate(media):
                 buf = (ctypes.c_uint8 * len(m.data)).from_buffer_copy(m.data)
                 bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(
-                    projector._ctx, buf, len(m.data), False
+                    projector.ctx, buf, len(m.data), False
                 )
                 if not bitmap:
                     raise InvalidRequestError(f"media {i} ({m.mime}) could not be decoded")
@@ -147,13 +154,13 @@ class MediaSet:
 
     def tokenize(self, text: str) -> list[int | MediaUnit]:
         """Text with one marker per media, in order, to token ids and media units."""
-        chunks = mtmd.mtmd_input_chunks_init()
+        chunks = require(mtmd.mtmd_input_chunks_init(), "mtmd_input_chunks_init")
         self._chunk_lists.append(chunks)
         data = text.encode("utf-8")
         inp = mtmd.mtmd_input_text(data, len(data), False, True)
         bitmaps = (mtmd.mtmd_bitmap_p_ctypes * len(self._bitmaps))(*self._bitmaps)
         rc = mtmd.mtmd_tokenize(
-            self.projector._ctx, chunks, ctypes.byref(inp), bitmaps, len(self._bitmaps)
+            self.projector.ctx, chunks, ctypes.byref(inp), bitmaps, len(self._bitmaps)
         )
         if rc != 0:
             raise InvalidRequestError(
@@ -161,7 +168,7 @@ class MediaSet:
             )
         units: list[int | MediaUnit] = []
         for i in range(mtmd.mtmd_input_chunks_size(chunks)):
-            chunk = mtmd.mtmd_input_chunks_get(chunks, i)
+            chunk = require(mtmd.mtmd_input_chunks_get(chunks, i), "mtmd_input_chunks_get")
             kind = mtmd.mtmd_input_chunk_get_type(chunk)
             if kind == mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
                 n = ctypes.c_size_t()
@@ -179,15 +186,22 @@ class MediaSet:
                 )
         return units
 
-    def decode(self, unit: MediaUnit, lctx: object, n_past: int, seq_id: int, n_batch: int) -> int:
+    def decode(
+        self,
+        unit: MediaUnit,
+        lctx: llama_cpp.llama_context_p,
+        n_past: int,
+        seq_id: int,
+        n_batch: int,
+    ) -> int:
         """Decode the media into `seq_id` at `n_past` (encoding it the first time); returns
         the position after it."""
         embd = self._encoded.get(unit.key)
-        ctx = self.projector._ctx
+        ctx = self.projector.ctx
         if embd is None:
             if mtmd.mtmd_encode_chunk(ctx, unit.chunk) != 0:
                 raise LlamactlError(f"mtmd could not encode media {unit.key}")
-            n_embd = llama_cpp.llama_model_n_embd_inp(llama_cpp.llama_get_model(lctx))
+            n_embd = llama_cpp.llama_model_n_embd_inp(model_of(lctx))
             out = mtmd.mtmd_get_output_embd(ctx)
             embd = np.ctypeslib.as_array(out, shape=(unit.n_tokens * n_embd,)).copy()
             self._encoded[unit.key] = embd

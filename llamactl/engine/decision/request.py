@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
-from typing import Any
+from typing import Any, Literal
 
 from llamactl.core.errors import InvalidRequestError
 
@@ -108,6 +108,9 @@ def parse_media(body: dict[str, Any], from_state: list[Any]) -> tuple[Media, ...
     return media
 
 
+_MEDIA_KINDS: dict[str, Literal["image", "audio"]] = {"image": "image", "audio": "audio"}
+
+
 def parse_data_url(url: Any) -> Media:
     """`data:image/png;base64,....` (or `data:audio/...`) to its bytes."""
     if isinstance(url, dict):  # {"url": ...} as in an image_url part
@@ -116,8 +119,8 @@ def parse_data_url(url: Any) -> Media:
         raise InvalidRequestError("images must be data URLs (data:image/...;base64,...)")
     header, sep, payload = url[5:].partition(",")
     mime, *params = header.split(";")
-    kind = mime.split("/")[0]
-    if not sep or "base64" not in params or kind not in ("image", "audio"):
+    kind = _MEDIA_KINDS.get(mime.split("/")[0])
+    if not sep or "base64" not in params or kind is None:
         raise InvalidRequestError("images must be data URLs (data:image/...;base64,...)")
     try:
         data = base64.b64decode(payload, validate=True)
@@ -125,7 +128,7 @@ def parse_data_url(url: Any) -> Media:
         raise InvalidRequestError(f"the {kind} data URL is not valid base64") from None
     if not data:
         raise InvalidRequestError(f"the {kind} data URL is empty")
-    return Media(kind, mime, data)  # type: ignore[arg-type]
+    return Media(kind, mime, data)
 
 
 def take_media_parts(state: Any) -> tuple[Any, list[Any]]:

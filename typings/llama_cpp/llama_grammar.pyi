@@ -1,0 +1,3 @@
+JSON_GBNF: str
+
+def json_schema_to_gbnf(schema: str, prop_order: list[str] | None = None) -> str: ...
