@@ -142,7 +142,7 @@ def apply_output(
         out.instructions = fields.instructions
     if "max_output_tokens" in sent:
         tokens = fields.max_output_tokens
-        out.max_output_tokens = None if tokens == "inf" else tokens  # type: ignore[assignment]
+        out.max_output_tokens = None if tokens == "inf" else tokens
     if "temperature" in sent and fields.temperature is not None:
         out.temperature = fields.temperature
 
