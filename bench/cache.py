@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from llamactl.engine.conversation import ChatModel, ChatRequest
+from llamactl.engine.chat.model import ChatModel, ChatRequest
 from llamactl.engine.engine import Engine, EngineConfig
 from llamactl.engine.model import Model
 from llamactl.engine.types import Done, SamplingParams, TextDelta

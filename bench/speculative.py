@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from llamactl.engine.conversation import ChatModel, ChatRequest
+from llamactl.engine.chat.model import ChatModel, ChatRequest
 from llamactl.engine.engine import Engine, EngineConfig
 from llamactl.engine.model import Model
 from llamactl.engine.types import SamplingParams

@@ -8,8 +8,8 @@ import pytest
 from llamactl.converters import convert
 from synthetic_checkpoints import cached, write_trunk_copy
 
+from llamactl.engine.chat.model import ChatModel, ChatRequest
 from llamactl.engine.chat.spans import user_starts
-from llamactl.engine.conversation import ChatModel, ChatRequest
 from llamactl.engine.engine import Engine, EngineConfig
 from llamactl.engine.model import Model
 from llamactl.engine.types import SamplingParams

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from llamactl.cli import _engine
 from llamactl.cli._output import PlainView, RichView
-from llamactl.cli.chat import Conversation, TurnOptions, ask, join_prompt
+from llamactl.cli.chat import ChatHistory, TurnOptions, ask, join_prompt
 from llamactl.cli.main import app
 from llamactl.core.errors import ContextLengthError
 from llamactl.engine.types import (
@@ -322,7 +322,7 @@ def test_rich_view_renders_markdown_and_dim_reasoning() -> None:
     console = Console(file=buf, force_terminal=True, color_system="standard", width=60)
     view = RichView(console, show_reasoning=True)
     options = TurnOptions(SamplingParams(), None)
-    conversation = Conversation()
+    conversation = ChatHistory()
     answer = ask(FakeLoaded(), conversation, "Hi", options, view)  # type: ignore[arg-type]
     out = buf.getvalue()
     assert "\x1b[2;3m" in out  # dim italic reasoning
@@ -347,7 +347,7 @@ def test_plain_view_writes_streams_separately() -> None:
 
 # --------------------------------------------------------------- pure helpers
 def test_conversation_keeps_history_without_reasoning() -> None:
-    c = Conversation(system="Be nice.")
+    c = ChatHistory(system="Be nice.")
     c.add("Hi", "Hello!")
     assert c.messages_for("Again") == [
         {"role": "system", "content": "Be nice."},

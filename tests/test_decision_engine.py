@@ -138,7 +138,7 @@ def engines(ggufs, cache_home):
 
 
 def answer(engine: DecisionEngine, body: dict):
-    return engine.score(engine.parse(body), timeout=60)
+    return engine.decide(engine.parse(body), timeout=60)
 
 
 def as_json(result) -> dict:

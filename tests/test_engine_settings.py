@@ -54,7 +54,7 @@ def fakes(monkeypatch):
     FakeEngine.built, FakeChat.templates = [], []
     monkeypatch.setattr("llamactl.engine.engine.Engine", FakeEngine)
     monkeypatch.setattr("llamactl.engine.model.Model", FakeModel)
-    monkeypatch.setattr("llamactl.engine.conversation.ChatModel", FakeChat)
+    monkeypatch.setattr("llamactl.engine.chat.model.ChatModel", FakeChat)
     monkeypatch.setattr(server_loader, "ChatModel", FakeChat)
     monkeypatch.setattr("llamactl.ChatModel", FakeChat)  # the public face the CLI imports
     monkeypatch.setattr(server_state, "is_decision_model", lambda path: False)

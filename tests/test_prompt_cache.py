@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
+from llamactl.engine.chat.model import ChatModel, ChatRequest
 from llamactl.engine.chat.spans import split_spans, user_starts
-from llamactl.engine.conversation import ChatModel, ChatRequest
 from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
 from llamactl.engine.model import Model
 from llamactl.engine.prompt_cache import CacheEntry, PromptCache

@@ -127,14 +127,14 @@ def chat_command(
     options = TurnOptions.from_settings(settings, show_timings, hide_reasoning)
     try:
         with load_chat(settings) as loaded:
-            conversation = Conversation(system=settings.system)
+            history = ChatHistory(system=settings.system)
             if question is None:
-                Repl(loaded, conversation, options).run()
+                Repl(loaded, history, options).run()
                 return
             if json_output:
-                code = answer_json(loaded, conversation, question, options)
+                code = answer_json(loaded, history, question, options)
             else:
-                answer = ask(loaded, conversation, question, options, make_view(options))
+                answer = ask(loaded, history, question, options, make_view(options))
                 code = EXIT_INTERRUPTED if answer.interrupted else 0
     except KeyboardInterrupt:  # while loading, or a second Ctrl-C while stopping
         raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -169,9 +169,9 @@ def join_prompt(piped: str | None, prompt: str | None) -> str | None:
     return piped or prompt or None
 
 
-# ------------------------------------------------------------ conversation
+# ------------------------------------------------------------ history
 @dataclass
-class Conversation:
+class ChatHistory:
     """Messages of one session; answers are kept without their reasoning, as templates
     expect."""
 
@@ -219,7 +219,7 @@ def make_view(options: TurnOptions) -> AnswerView:
 
 def ask(
     loaded: LoadedChat,
-    conversation: Conversation,
+    history: ChatHistory,
     question: str,
     options: TurnOptions,
     view: AnswerView,
@@ -229,9 +229,9 @@ def ask(
     A complete answer joins the conversation; an interrupted one does not, so the next
     question is not asked in the shadow of half a sentence.
     """
-    answer = stream_answer(loaded, conversation.messages_for(question), options, view)
+    answer = stream_answer(loaded, history.messages_for(question), options, view)
     if not answer.interrupted:
-        conversation.add(question, answer.content.strip())
+        history.add(question, answer.content.strip())
     if options.show_timings and answer.done is not None:
         print_timings(answer.done)
     return answer
@@ -302,10 +302,10 @@ def print_timings(done: Done) -> None:
 
 
 def answer_json(
-    loaded: LoadedChat, conversation: Conversation, question: str, options: TurnOptions
+    loaded: LoadedChat, history: ChatHistory, question: str, options: TurnOptions
 ) -> int:
     """Collect the whole answer and print it as one JSON object on stdout."""
-    messages = conversation.messages_for(question)
+    messages = history.messages_for(question)
     answer = stream_answer(loaded, messages, options, NullView())
     sys.stdout.write(json.dumps(answer_dict(answer, loaded.name), ensure_ascii=False) + "\n")
     return EXIT_INTERRUPTED if answer.interrupted else 0
@@ -342,9 +342,9 @@ Ctrl-C           stop the answer being written"""
 class Repl:
     """The interactive loop: read a line, run a slash command or ask the model."""
 
-    def __init__(self, loaded: LoadedChat, conversation: Conversation, options: TurnOptions):
+    def __init__(self, loaded: LoadedChat, history: ChatHistory, options: TurnOptions):
         self.loaded = loaded
-        self.conversation = conversation
+        self.history = history
         self.options = options
         self.console = stdout_console()
         self._colour = color_enabled(sys.stdout)
@@ -413,14 +413,14 @@ class Repl:
         if name == "/help":
             self.console.print(Text(REPL_HELP), soft_wrap=True)
         elif name == "/reset":
-            self.conversation.reset()
+            self.history.reset()
             self.note("Conversation cleared.")
         elif name == "/system":
             if arg:
-                self.conversation.system = arg
+                self.history.system = arg
                 self.note("System prompt set.")
-            elif self.conversation.system:
-                self.note(f"System prompt: {self.conversation.system}")
+            elif self.history.system:
+                self.note(f"System prompt: {self.history.system}")
             else:
                 self.note("No system prompt (the model's template may add its own).")
         else:
@@ -429,10 +429,10 @@ class Repl:
 
     def turn(self, question: str) -> None:
         try:
-            ask(self.loaded, self.conversation, question, self.options, make_view(self.options))
+            ask(self.loaded, self.history, question, self.options, make_view(self.options))
         except LlamactlError as e:
             print_error(str(e))
-            if self.conversation.turns:
+            if self.history.turns:
                 self.note("Use /reset to start a fresh conversation.")
         self.console.print()
 

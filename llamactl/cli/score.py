@@ -288,7 +288,7 @@ def score_locally(
     try:
         config = decision_config(settings)
         with DecisionEngine(dm, config) as engine:
-            result = engine.score(engine.parse(body))
+            result = engine.decide(engine.parse(body))
     finally:
         dm.close()
     return {

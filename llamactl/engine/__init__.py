@@ -18,7 +18,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "llamactl.engine.grammar": ("json_grammar", "json_schema_grammar"),
     "llamactl.engine.speculative": ("parse_spec_types",),
     # chat
-    "llamactl.engine.conversation": ("ChatModel", "ChatRequest", "ChatStream", "RenderedChat"),
+    "llamactl.engine.chat.model": ("ChatModel", "ChatRequest", "ChatStream", "RenderedChat"),
     # events
     "llamactl.engine.types": (
         "ChatEvent",
@@ -106,7 +106,7 @@ if TYPE_CHECKING:
     )
     from llamactl.engine.audio.synth_encode import MEDIA_TYPES, encode, pcm_bytes, wav_header
     from llamactl.engine.audio.synth_mtmd import open_mtmd_synthesizer
-    from llamactl.engine.conversation import ChatModel, ChatRequest, ChatStream, RenderedChat
+    from llamactl.engine.chat.model import ChatModel, ChatRequest, ChatStream, RenderedChat
     from llamactl.engine.decision import (
         DecisionConfig,
         DecisionEngine,

@@ -1,4 +1,5 @@
-"""The chat layer's pure-Python parts: prompt rendering and output splitting (no model needed)."""
+"""The chat layer: templates, reasoning and tool-call parsing (pure Python, no model needed), and
+`ChatModel` (`model.py`), which joins them with the engine; import it from there or the face."""
 
 from llamactl.engine.chat.markers import (
     THINK,

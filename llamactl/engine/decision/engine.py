@@ -197,7 +197,7 @@ class DecisionEngine(DecodeLoop["_Job"]):
         self._enqueue(job, closed="the decision engine is shut down")
         return job.future
 
-    def score(self, request: DecisionRequest, timeout: float | None = None) -> DecisionResult:
+    def decide(self, request: DecisionRequest, timeout: float | None = None) -> DecisionResult:
         return self.submit(request).result(timeout)
 
     def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:

@@ -33,7 +33,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 async def systemone(request: Request) -> JSONResponse:
     state = server_state(request)
     engine = state.require_decisions()
-    result = await serving.score(engine, await serving.read_body(request))
+    result = await serving.decide(engine, await serving.read_body(request))
     return JSONResponse(serving.systemone_response(state, result))
 
 
@@ -55,7 +55,7 @@ async def decisions(request: Request) -> JSONResponse:
     if model is not None and not isinstance(model, str):
         raise bad_request("Field 'model': must be a string")
     check_model(state, model)
-    result = await serving.score(engine, as_systemone(body))
+    result = await serving.decide(engine, as_systemone(body))
     usage = result.usage()
     return JSONResponse(
         {

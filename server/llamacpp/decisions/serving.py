@@ -34,7 +34,7 @@ def _parse_json(raw: bytes) -> Any:
         raise APIError(400, f"Invalid JSON in the request body: {exc}") from None
 
 
-async def score(engine: DecisionEngine, body: Any) -> DecisionResult:
+async def decide(engine: DecisionEngine, body: Any) -> DecisionResult:
     """Validate `body` and answer it; errors become the spec's statuses."""
     try:
         request = await off_loop(engine.parse, body)

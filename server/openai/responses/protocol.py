@@ -254,7 +254,7 @@ class ReasoningConfig(_Model):
 # ---------------------------------------------------------------------------- requests
 
 
-class ConversationRequest(_Model):
+class ResponseInputFields(_Model):
     """What decides the prompt; shared by `/v1/responses` and `/v1/responses/input_tokens`."""
 
     model: str | None = None
@@ -271,7 +271,7 @@ class ConversationRequest(_Model):
     )
 
 
-class ResponsesRequest(ConversationRequest):
+class ResponsesRequest(ResponseInputFields):
     input: Input
     max_output_tokens: int | None = None
     temperature: float | None = None
@@ -298,5 +298,5 @@ class ResponsesRequest(ConversationRequest):
     sse_ping_interval: int | None = None
 
 
-class InputTokensRequest(ConversationRequest):
+class InputTokensRequest(ResponseInputFields):
     """`POST /v1/responses/input_tokens`: the prompt a `/v1/responses` call would decode."""

@@ -42,7 +42,7 @@ from .convert import (
     thinking,
 )
 from .output import Event, OutputBuilder, make_id
-from .protocol import RESOLVED_ITEM, ConversationRequest, InputTokensRequest, ResponsesRequest
+from .protocol import RESOLVED_ITEM, InputTokensRequest, ResponseInputFields, ResponsesRequest
 from .store import ResponseStore, StoredResponse, response_store
 
 log = logging.getLogger("llamactl.server")
@@ -54,7 +54,7 @@ log = logging.getLogger("llamactl.server")
 
 
 @dataclass
-class Conversation:
+class ResponseInput:
     messages: list[dict[str, Any]]  # what the template renders, instructions first
     history: list[Item]  # the conversation as items (no instructions), for the store
     tools: Tools
@@ -63,7 +63,7 @@ class Conversation:
     reasoning_budget: int | None
 
 
-def conversation(body: ConversationRequest, store: ResponseStore) -> Conversation:
+def resolve_input(body: ResponseInputFields, store: ResponseStore) -> ResponseInput:
     """Previous response + this input → chat messages; the tools and thinking switch."""
     history: list[Item] = []
     if body.previous_response_id is not None:
@@ -88,7 +88,7 @@ def conversation(body: ConversationRequest, store: ResponseStore) -> Conversatio
         raise bad_request("Field 'input': there is nothing to answer (no messages)")
     think = thinking(body.reasoning)
     kwargs = {**think.template_kwargs, **(body.chat_template_kwargs or {})}
-    return Conversation(
+    return ResponseInput(
         messages=messages,
         history=history,
         tools=convert_tools(body.tools, body.tool_choice),
@@ -113,7 +113,7 @@ def sampling(state: ServerState, body: ResponsesRequest) -> SamplingParams:
     )
 
 
-def echo(state: ServerState, body: ResponsesRequest, conv: Conversation, params: SamplingParams):
+def echo(state: ServerState, body: ResponsesRequest, conv: ResponseInput, params: SamplingParams):
     """The request parameters a response object repeats back (OpenAI's shape)."""
     reasoning = body.reasoning
     return {
@@ -139,7 +139,7 @@ def echo(state: ServerState, body: ResponsesRequest, conv: Conversation, params:
     }
 
 
-def prompt_request(conv: Conversation, parallel_tool_calls: bool | None) -> ChatRequest:
+def prompt_request(conv: ResponseInput, parallel_tool_calls: bool | None) -> ChatRequest:
     """The prompt side of the chat request: what input_tokens renders and create extends."""
     options: dict[str, Any] = {}
     if conv.tools.chat:
@@ -172,7 +172,7 @@ class ResponseRun:
         self,
         state: ServerState,
         stream: ChatStream,
-        conv: Conversation,
+        conv: ResponseInput,
         echo_fields: dict[str, Any],
         store: ResponseStore | None,
     ) -> None:
@@ -300,9 +300,9 @@ async def create_response(request: Request, body: ResponsesRequest) -> Any:
 
 def _start(
     state: ServerState, body: ResponsesRequest, store: ResponseStore
-) -> tuple[ChatStream, Conversation, SamplingParams]:
+) -> tuple[ChatStream, ResponseInput, SamplingParams]:
     """Convert, render, tokenise and submit (in a preparation worker)."""
-    conv = conversation(body, store)
+    conv = resolve_input(body, store)
     params = sampling(state, body)
     chat = prompt_request(conv, body.parallel_tool_calls)
     chat.sampling = params
@@ -320,7 +320,7 @@ def _sse(run: ResponseRun, interval: float | None) -> StreamingResponse:
 def count_input_tokens(request: Request, body: InputTokensRequest) -> dict[str, Any]:
     state = server_state(request)
     check_model(state, body.model)
-    conv = conversation(body, response_store(request.app))
+    conv = resolve_input(body, response_store(request.app))
     chat = prompt_request(conv, body.parallel_tool_calls)
     rendered = render_chat(state, chat, messages_field="input")
     return {"object": "response.input_tokens", "input_tokens": len(rendered.tokens)}

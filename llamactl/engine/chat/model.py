@@ -13,7 +13,18 @@ from typing import Any
 
 from llamactl.core.errors import ContextLengthError, InvalidRequestError
 
-from .chat import (
+from ..engine import Engine, GenerationRequest, ReasoningSpec
+from ..stream import GenerationStream
+from ..types import (
+    ChatEvent,
+    ContentDelta,
+    Done,
+    ReasoningDelta,
+    SamplingParams,
+    TextDelta,
+    ToolCallDelta,
+)
+from . import (
     CHATML_TEMPLATE,
     ChatTemplate,
     OutputPipeline,
@@ -26,18 +37,7 @@ from .chat import (
     tool_call_format,
     tool_call_grammar,
 )
-from .chat.spans import message_delimiters, tokenize_delimiters, user_starts
-from .engine import Engine, GenerationRequest, ReasoningSpec
-from .stream import GenerationStream
-from .types import (
-    ChatEvent,
-    ContentDelta,
-    Done,
-    ReasoningDelta,
-    SamplingParams,
-    TextDelta,
-    ToolCallDelta,
-)
+from .spans import message_delimiters, tokenize_delimiters, user_starts
 
 
 @dataclass
