@@ -14,6 +14,7 @@ from . import openapi_errors, precheck, system
 from .errors import install_handlers
 from .middleware import install_middleware
 from .state import ServerState
+from .version import server_version
 
 # API families, added as "module:attribute" of this package
 API_ROUTERS: list[str] = [
@@ -26,6 +27,8 @@ API_ROUTERS: list[str] = [
     "llamacpp.decisions:router",
     "llamacpp.tts:router",
     "llamacpp.tokens:router",
+    "llamacpp.slots:router",
+    "llamacpp.props:router",
 ]
 
 
@@ -62,7 +65,7 @@ def create_app(
 
     app = FastAPI(
         title="llamactl",
-        version=_version(),
+        version=server_version(),
         summary="OpenAI- and Anthropic-compatible API over a local llama.cpp model",
         lifespan=lifespan,
     )
@@ -74,12 +77,3 @@ def create_app(
         app.include_router(router)
     install_middleware(app, state)
     return app
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("llamactl")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "0.0.0"

@@ -54,11 +54,13 @@ def route_template(request: Request) -> str:
 
 
 def check_model(state: ServerState, model: str | None) -> None:
-    """Unknown model names are refused, as one-model servers in the OpenAI ecosystem do.
+    """With `--strict-model-names`, a name that is not this server's model is refused. By
+    default any name is answered by the one model, as llama-server does: many clients send a
+    name of their own (`gpt-4o-mini`, a Claude model) and cannot be told otherwise.
 
     The file name, its stem and the --alias all name this server's model.
     """
-    if model is None or model == "":
+    if model is None or model == "" or not state.settings.strict_model_names:
         return
     names = {state.model_id, state.model_path.name, state.model_path.stem, str(state.model_path)}
     if model not in names:

@@ -158,8 +158,6 @@ def test_more_errors(server):
     assert r.status_code == 400 and error_of(r)["type"] == "exceed_context_size_error"
     r = post(server, {"prompt": [1, 2, 10**9]})
     assert r.status_code == 400 and "vocabulary" in error_of(r)["message"]
-    r = post(server, {"prompt": PROMPT, "model": "other"})
-    assert r.status_code == 400 and "'model'" in error_of(r)["message"]
     r = post(server, {"prompt": {"not": "a prompt"}})
     assert r.status_code == 400 and "Field 'prompt" in error_of(r)["message"]
     r = post(server, {"prompt": PROMPT, "suffix": "end"})

@@ -284,7 +284,7 @@ def test_openai_style_decisions(live):
     assert usage["input_tokens"] == same["usage"]["input_tokens"] == usage["total_tokens"]
     assert usage["input_tokens_details"]["cached_tokens"] > 0
     r = post(live, {"model": "gpt-4o", "input": "s", "questions": questions}, "/v1/decisions")
-    assert r.status_code == 400 and "unknown model" in r.json()["error"]["message"]
+    assert r.status_code == 200  # any name is answered by the one model, as llama-server does
     r = post(
         live, {"input": "s", "questions": [{"type": "noul", "instructions": "i"}]}, "/v1/decisions"
     )

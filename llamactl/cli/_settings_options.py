@@ -69,7 +69,7 @@ def _parameter(command: str, name: str, flag: Flag) -> inspect.Parameter:
     long = flag.long or "--" + name.replace("_", "-")
     if kind is bool and flag.negatable:
         long = f"{long}/--no-{long[2:]}"
-    decls = [long]
+    decls = [long, *flag.aliases]
     if flag.short and command not in flag.no_short:
         decls.append(flag.short)
     option = typer.Option(

@@ -55,6 +55,8 @@ _SPEC = "Speculative decoding"
 _EDGE = "HTTP edge: origins, hosts, body limits"
 _LIMITS = "Request limits (docs/serve.md, Request limits)"
 _SPEECH = "Speech limits (docs/transcribe.md, docs/api-realtime.md)"
+_COMPAT = "llama-server compatibility (docs/serve.md, Moving from llama-server)"
+_BOTH = ENGINE_COMMANDS
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class Flag:
     no_short: frozenset[str] = frozenset()
     long: str | None = None
     negatable: bool = True  # booleans: --x/--no-x
+    aliases: tuple[str, ...] = ()  # more spellings, e.g. llama-server's (--temp, --n-predict)
     shown_default: str | None = None  # when the default is not a plain value (None, computed)
     metavar: str | None = None
 
@@ -161,30 +164,52 @@ class Settings:
     temperature: Annotated[
         float,
         Field(ge=0.0, description="Sampling temperature; 0 is greedy."),
-        Flag(_SAMPLING, commands=frozenset({CHAT}), short="-t", metavar="T"),
+        Flag(
+            _SAMPLING,
+            commands=_BOTH,
+            short="-t",
+            no_short=frozenset({SERVE}),
+            aliases=("--temp",),
+            metavar="T",
+        ),
     ] = 0.8
     top_p: Annotated[
         float,
         Field(ge=0.0, le=1.0, description="Nucleus sampling threshold."),
-        Flag(_SAMPLING, commands=frozenset({CHAT}), metavar="P"),
+        Flag(_SAMPLING, commands=_BOTH, metavar="P"),
     ] = 0.95
     top_k: Annotated[
         int,
         Field(ge=0, description="Sample among the K likeliest tokens; 0: all."),
-        Flag(_SAMPLING, commands=frozenset({CHAT}), metavar="K"),
+        Flag(_SAMPLING, commands=_BOTH, metavar="K"),
     ] = 40
     min_p: Annotated[
-        float, Field(ge=0.0, le=1.0, description="Drop tokens below this share of the top one.")
+        float,
+        Field(ge=0.0, le=1.0, description="Drop tokens below this share of the top one."),
+        Flag(_SAMPLING, commands=_BOTH, metavar="P"),
     ] = 0.05
     seed: Annotated[
         int | None,
         Field(description="Random seed, for reproducible sampling."),
-        Flag(_SAMPLING, commands=frozenset({CHAT}), metavar="N", shown_default="random"),
+        Flag(
+            _SAMPLING,
+            commands=_BOTH,
+            short="-s",
+            no_short=frozenset({CHAT}),
+            metavar="N",
+            shown_default="random",
+        ),
     ] = None
     max_tokens: Annotated[
         int | None,
         Field(ge=0, description="Stop an answer after N tokens."),
-        Flag(_SAMPLING, commands=frozenset({CHAT}), short="-n", metavar="N"),
+        Flag(
+            _SAMPLING,
+            commands=_BOTH,
+            short="-n",
+            aliases=("--n-predict", "--predict"),
+            metavar="N",
+        ),
     ] = None
     system: Annotated[
         str | None,
@@ -232,6 +257,40 @@ class Settings:
         Field(description="Model id reported by /v1/models."),
         Flag(_MODEL, commands=frozenset({SERVE}), short="-a"),
     ] = None
+    strict_model_names: Annotated[
+        bool,
+        Field(
+            description="Refuse requests naming another model (400); by default any name is"
+            " answered by the one model, as llama-server does."
+        ),
+        Flag(_COMPAT, commands=frozenset({SERVE}), negatable=False, shown_default="off"),
+    ] = False
+    slots: Annotated[
+        bool,
+        Field(description="Serve GET /slots (each slot's state)."),
+        Flag(_COMPAT, commands=frozenset({SERVE})),
+    ] = True
+    props: Annotated[
+        bool,
+        Field(description="Allow POST /props (GET /props is always served)."),
+        Flag(_COMPAT, commands=frozenset({SERVE}), negatable=False, shown_default="off"),
+    ] = False
+    jinja: Annotated[
+        bool,
+        Field(
+            description="Chat templates are always rendered with Jinja; --no-jinja is accepted"
+            " for llama-server command lines and changes nothing."
+        ),
+        Flag(_COMPAT, commands=frozenset({SERVE})),
+    ] = True
+    cont_batching: Annotated[
+        bool,
+        Field(
+            description="Batching is always continuous; accepted for llama-server command"
+            " lines (--no-cont-batching changes nothing)."
+        ),
+        Flag(_COMPAT, commands=frozenset({SERVE}), short="-cb"),
+    ] = True
     kv_unified: Annotated[
         bool,
         Field(description="One KV buffer for all slots (outputs then vary with load)."),

@@ -54,7 +54,7 @@ from .speculative import (
 )
 from .stops import StopMatcher
 from .stream import GenerationStream
-from .types import Done, SamplingParams, Timings, Usage
+from .types import Done, SamplingParams, SlotInfo, Timings, Usage
 from .ubatch import plan_companions
 
 __all__ = ["Engine", "EngineConfig", "EngineStats", "GenerationRequest", "ReasoningSpec"]
@@ -231,6 +231,11 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
     @property
     def busy_slots(self) -> int:
         return sum(1 for s in self._slots if s.busy)
+
+    def slots_info(self) -> list[SlotInfo]:
+        """Each slot's state and its current or last job (`/slots`); safe from any thread."""
+        speculative = bool(self.speculators)
+        return [slot.info(self.n_ctx_slot, speculative) for slot in self._slots]
 
     def drain(self) -> None:
         """Take no new requests and end the queued ones; running ones go on to their end (the

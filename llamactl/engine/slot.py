@@ -12,6 +12,7 @@ from .sampling import SamplerChain
 from .speculative import SeqState
 from .stops import StopMatcher
 from .stream import GenerationStream
+from .types import SlotInfo, SlotJob
 
 __all__ = ["Slot", "SlotState"]
 
@@ -30,9 +31,12 @@ class Slot:
         self.checkpoints: list[Checkpoint] = []  # partial states, oldest first
         self.saveable = False  # the KV is a finished completion's, not yet offered to the cache
         self.last_used = 0.0
+        self.last_job: SlotJob | None = None
         self._reset_job()
 
     def _reset_job(self) -> None:
+        if getattr(self, "request", None) is not None:
+            self.last_job = self._job(finished=True)
         self.stream: GenerationStream | None = None
         self.request: GenerationRequest | None = None
         self.index = 0
@@ -60,6 +64,28 @@ class Slot:
     @property
     def busy(self) -> bool:
         return self.state != "idle"
+
+    def info(self, n_ctx: int, speculative: bool) -> SlotInfo:
+        """This slot now. Read from another thread than the decode loop's: the job's parts are
+        read once, so a job ending meanwhile gives its last state, not a mix of two jobs."""
+        request, busy = self.request, self.busy
+        job = self._job(finished=False) if request is not None and busy else self.last_job
+        return SlotInfo(self.seq_id, n_ctx, busy, speculative, job)
+
+    def _job(self, *, finished: bool) -> SlotJob | None:
+        request = self.request
+        if request is None:
+            return None
+        prompt = tuple(request.prompt)
+        return SlotJob(
+            prompt=prompt,
+            sampling=request.sampling,
+            max_tokens=request.max_tokens,
+            n_prompt_processed=max(0, min(self.prompt_pos, len(prompt)) - self.cached),
+            n_cached=self.cached,
+            generated=tuple(self.generated),
+            finished=finished,
+        )
 
     def free_samplers(self) -> None:
         for chain in (self.sampler, self.free_sampler):

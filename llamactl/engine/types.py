@@ -33,6 +33,31 @@ class SamplingParams:
         return self.temperature <= 0.0
 
 
+@dataclass(frozen=True)
+class SlotJob:
+    """What one slot's current (or last) generation asked for and has done so far."""
+
+    prompt: tuple[int, ...]
+    sampling: SamplingParams
+    max_tokens: int | None
+    n_prompt_processed: int  # prompt tokens decoded (not taken from the cache)
+    n_cached: int  # prompt tokens reused from the KV or the prompt cache
+    generated: tuple[int, ...]
+    finished: bool
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    """A snapshot of one slot, for `/slots`: taken while the engine runs, so the counters of a
+    busy slot are as of a recent step."""
+
+    id: int
+    n_ctx: int
+    busy: bool
+    speculative: bool
+    job: SlotJob | None  # the running generation, else the last one (None: never used)
+
+
 @dataclass
 class Usage:
     prompt_tokens: int = 0

@@ -1,0 +1,32 @@
+"""A generation's parameters as llama-server reports them (`/slots`, `/props`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llamactl import SamplingParams
+
+__all__ = ["RANDOM_SEED", "generation_params"]
+
+RANDOM_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: "a new seed each time"
+
+
+def generation_params(sampling: SamplingParams, max_tokens: int | None) -> dict[str, Any]:
+    """The fields of llama-server's `params` object that llamactl's sampler has; `-1` for no
+    token limit, as llama-server writes it."""
+    n_predict = -1 if max_tokens is None else max_tokens
+    return {
+        "seed": RANDOM_SEED if sampling.seed is None else sampling.seed,
+        "temperature": sampling.temperature,
+        "top_k": sampling.top_k,
+        "top_p": sampling.top_p,
+        "min_p": sampling.min_p,
+        "repeat_last_n": sampling.repeat_last_n,
+        "repeat_penalty": sampling.repeat_penalty,
+        "presence_penalty": sampling.presence_penalty,
+        "frequency_penalty": sampling.frequency_penalty,
+        "max_tokens": n_predict,
+        "n_predict": n_predict,
+        "n_probs": sampling.n_probs,
+        "grammar": sampling.grammar or "",
+    }
