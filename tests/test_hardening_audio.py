@@ -18,6 +18,7 @@ import httpx
 import numpy as np
 import pytest
 from audiokit import SENTENCES, silence, speech, wav_bytes
+from llamactl.server.openai.realtime.connection import LiveSessions
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -484,7 +485,8 @@ def test_realtime_sessions_are_bounded(live, monkeypatch):
     finally:
         first.close()
     deadline = time.monotonic() + 30
-    while live.app.state.llamactl_realtime_sessions and time.monotonic() < deadline:
+    live_sessions = live.state.family_state(LiveSessions)
+    while live_sessions.count and time.monotonic() < deadline:
         time.sleep(0.05)
     third = Realtime(live, "?intent=transcription")
     try:
