@@ -32,7 +32,7 @@ _llamactl() {
             "llamactl tui") path="$path $w" ;;
         esac
         case "$path:$w" in
-            "llamactl chat:--model"|"llamactl chat:-m"|"llamactl chat:--ctx-size"|"llamactl chat:-c"|"llamactl chat:--threads"|"llamactl chat:--threads-batch"|"llamactl chat:-tb"|"llamactl chat:--batch-size"|"llamactl chat:-b"|"llamactl chat:--ubatch-size"|"llamactl chat:-ub"|"llamactl chat:--temperature"|"llamactl chat:-t"|"llamactl chat:--top-p"|"llamactl chat:--top-k"|"llamactl chat:--seed"|"llamactl chat:--max-tokens"|"llamactl chat:-n"|"llamactl chat:--system"|"llamactl chat:-s"|"llamactl chat:--cache-type"|"llamactl chat:-ctk"|"llamactl chat:--cache-ram"|"llamactl chat:-cram"|"llamactl chat:--slot-prompt-similarity"|"llamactl chat:-sps"|"llamactl chat:--ctx-checkpoints"|"llamactl chat:-ctxcp"|"llamactl chat:--checkpoint-min-step"|"llamactl chat:-cms"|"llamactl chat:--spec-type"|"llamactl chat:--model-draft"|"llamactl chat:-md"|"llamactl chat:--spec-draft-n-max"|"llamactl chat:--spec-draft-n-min"|"llamactl chat:--spec-draft-p-min"|"llamactl chat:--chat-template-file"|"llamactl convert:--outfile"|"llamactl convert:-o"|"llamactl convert:--outtype"|"llamactl convert:--base"|"llamactl models:--models-dir"|"llamactl ps:--url"|"llamactl ps:--api-key"|"llamactl score:--model"|"llamactl score:-m"|"llamactl score:--state"|"llamactl score:-s"|"llamactl score:--question"|"llamactl score:-q"|"llamactl score:--image"|"llamactl score:-i"|"llamactl score:--request"|"llamactl score:-r"|"llamactl score:--mmproj"|"llamactl score:--threads"|"llamactl score:--parallel"|"llamactl score:--url"|"llamactl serve:--model"|"llamactl serve:-m"|"llamactl serve:--ctx-size"|"llamactl serve:-c"|"llamactl serve:--parallel"|"llamactl serve:-np"|"llamactl serve:--threads"|"llamactl serve:-t"|"llamactl serve:--threads-batch"|"llamactl serve:-tb"|"llamactl serve:--batch-size"|"llamactl serve:-b"|"llamactl serve:--ubatch-size"|"llamactl serve:-ub"|"llamactl serve:--host"|"llamactl serve:--port"|"llamactl serve:--api-key"|"llamactl serve:--api-key-file"|"llamactl serve:--sse-ping-interval"|"llamactl serve:--max-queue"|"llamactl serve:--alias"|"llamactl serve:-a"|"llamactl serve:--cache-type"|"llamactl serve:-ctk"|"llamactl serve:--cache-ram"|"llamactl serve:-cram"|"llamactl serve:--slot-prompt-similarity"|"llamactl serve:-sps"|"llamactl serve:--ctx-checkpoints"|"llamactl serve:-ctxcp"|"llamactl serve:--checkpoint-min-step"|"llamactl serve:-cms"|"llamactl serve:--spec-type"|"llamactl serve:--model-draft"|"llamactl serve:-md"|"llamactl serve:--spec-draft-n-max"|"llamactl serve:--spec-draft-n-min"|"llamactl serve:--spec-draft-p-min"|"llamactl serve:--chat-template-file"|"llamactl serve:--models-preset"|"llamactl serve:--models-max"|"llamactl serve:--sleep-idle-seconds"|"llamactl serve:--max-audio-seconds"|"llamactl serve:--max-audio-upload-mib"|"llamactl serve:--realtime-max-buffer-seconds"|"llamactl serve:--realtime-max-sessions"|"llamactl serve:--max-messages"|"llamactl serve:--max-stop-strings"|"llamactl serve:--max-stop-length"|"llamactl serve:--max-tools"|"llamactl serve:--max-schema-bytes"|"llamactl serve:--max-schema-depth"|"llamactl serve:--max-json-values"|"llamactl serve:--cors-origins"|"llamactl serve:--allowed-hosts"|"llamactl serve:--max-body-size"|"llamactl serve:--body-timeout"|"llamactl serve:--shutdown-grace"|"llamactl serve:--models-dir"|"llamactl serve:--log-level"|"llamactl serve:--mmproj"|"llamactl stop:--url"|"llamactl stop:--api-key"|"llamactl transcribe:--device"|"llamactl transcribe:--rate"|"llamactl transcribe:--model"|"llamactl transcribe:-m"|"llamactl transcribe:--language"|"llamactl transcribe:-l"|"llamactl transcribe:--threads"|"llamactl transcribe:-t"|"llamactl transcribe:--url"|"llamactl transcribe:--api-key"|"llamactl tts:--output"|"llamactl tts:-o"|"llamactl tts:--voice"|"llamactl tts:--speed"|"llamactl tts:--format"|"llamactl tts:--speaker-ref"|"llamactl tts:--seed"|"llamactl tts:--model"|"llamactl tts:--mmproj"|"llamactl tui:--url"|"llamactl tui:--model"|"llamactl tui:-m"|"llamactl tui:--api-key"|"llamactl tui:--device"|"llamactl tui:--audio-file") skip=1 ;;
+            "llamactl chat:--model"|"llamactl chat:-m"|"llamactl chat:--ctx-size"|"llamactl chat:-c"|"llamactl chat:--threads"|"llamactl chat:--threads-batch"|"llamactl chat:-tb"|"llamactl chat:--batch-size"|"llamactl chat:-b"|"llamactl chat:--ubatch-size"|"llamactl chat:-ub"|"llamactl chat:--temp"|"llamactl chat:--temperature"|"llamactl chat:-t"|"llamactl chat:--top-p"|"llamactl chat:--top-k"|"llamactl chat:--min-p"|"llamactl chat:--seed"|"llamactl chat:--max-tokens"|"llamactl chat:--n-predict"|"llamactl chat:--predict"|"llamactl chat:-n"|"llamactl chat:--system"|"llamactl chat:-s"|"llamactl chat:--cache-type"|"llamactl chat:-ctk"|"llamactl chat:--cache-ram"|"llamactl chat:-cram"|"llamactl chat:--slot-prompt-similarity"|"llamactl chat:-sps"|"llamactl chat:--ctx-checkpoints"|"llamactl chat:-ctxcp"|"llamactl chat:--checkpoint-min-step"|"llamactl chat:-cms"|"llamactl chat:--spec-type"|"llamactl chat:--model-draft"|"llamactl chat:-md"|"llamactl chat:--spec-draft-n-max"|"llamactl chat:--spec-draft-n-min"|"llamactl chat:--spec-draft-p-min"|"llamactl chat:--chat-template-file"|"llamactl convert:--outfile"|"llamactl convert:-o"|"llamactl convert:--outtype"|"llamactl convert:--base"|"llamactl models:--models-dir"|"llamactl ps:--url"|"llamactl ps:--api-key"|"llamactl score:--model"|"llamactl score:-m"|"llamactl score:--state"|"llamactl score:-s"|"llamactl score:--question"|"llamactl score:-q"|"llamactl score:--image"|"llamactl score:-i"|"llamactl score:--request"|"llamactl score:-r"|"llamactl score:--mmproj"|"llamactl score:--threads"|"llamactl score:--parallel"|"llamactl score:--url"|"llamactl serve:--model"|"llamactl serve:-m"|"llamactl serve:--ctx-size"|"llamactl serve:-c"|"llamactl serve:--parallel"|"llamactl serve:-np"|"llamactl serve:--threads"|"llamactl serve:-t"|"llamactl serve:--threads-batch"|"llamactl serve:-tb"|"llamactl serve:--batch-size"|"llamactl serve:-b"|"llamactl serve:--ubatch-size"|"llamactl serve:-ub"|"llamactl serve:--temp"|"llamactl serve:--temperature"|"llamactl serve:--top-p"|"llamactl serve:--top-k"|"llamactl serve:--min-p"|"llamactl serve:--seed"|"llamactl serve:-s"|"llamactl serve:--max-tokens"|"llamactl serve:--n-predict"|"llamactl serve:--predict"|"llamactl serve:-n"|"llamactl serve:--host"|"llamactl serve:--port"|"llamactl serve:--api-key"|"llamactl serve:--api-key-file"|"llamactl serve:--sse-ping-interval"|"llamactl serve:--max-queue"|"llamactl serve:--alias"|"llamactl serve:-a"|"llamactl serve:--cache-type"|"llamactl serve:-ctk"|"llamactl serve:--cache-ram"|"llamactl serve:-cram"|"llamactl serve:--slot-prompt-similarity"|"llamactl serve:-sps"|"llamactl serve:--ctx-checkpoints"|"llamactl serve:-ctxcp"|"llamactl serve:--checkpoint-min-step"|"llamactl serve:-cms"|"llamactl serve:--spec-type"|"llamactl serve:--model-draft"|"llamactl serve:-md"|"llamactl serve:--spec-draft-n-max"|"llamactl serve:--spec-draft-n-min"|"llamactl serve:--spec-draft-p-min"|"llamactl serve:--chat-template-file"|"llamactl serve:--models-preset"|"llamactl serve:--models-max"|"llamactl serve:--sleep-idle-seconds"|"llamactl serve:--max-audio-seconds"|"llamactl serve:--max-audio-upload-mib"|"llamactl serve:--realtime-max-buffer-seconds"|"llamactl serve:--realtime-max-sessions"|"llamactl serve:--max-messages"|"llamactl serve:--max-stop-strings"|"llamactl serve:--max-stop-length"|"llamactl serve:--max-tools"|"llamactl serve:--max-schema-bytes"|"llamactl serve:--max-schema-depth"|"llamactl serve:--max-json-values"|"llamactl serve:--cors-origins"|"llamactl serve:--allowed-hosts"|"llamactl serve:--max-body-size"|"llamactl serve:--body-timeout"|"llamactl serve:--shutdown-grace"|"llamactl serve:--models-dir"|"llamactl serve:--log-level"|"llamactl serve:--mmproj"|"llamactl stop:--url"|"llamactl stop:--api-key"|"llamactl transcribe:--device"|"llamactl transcribe:--rate"|"llamactl transcribe:--model"|"llamactl transcribe:-m"|"llamactl transcribe:--language"|"llamactl transcribe:-l"|"llamactl transcribe:--threads"|"llamactl transcribe:-t"|"llamactl transcribe:--url"|"llamactl transcribe:--api-key"|"llamactl tts:--output"|"llamactl tts:-o"|"llamactl tts:--voice"|"llamactl tts:--speed"|"llamactl tts:--format"|"llamactl tts:--speaker-ref"|"llamactl tts:--seed"|"llamactl tts:--model"|"llamactl tts:--mmproj"|"llamactl tui:--url"|"llamactl tui:--model"|"llamactl tui:-m"|"llamactl tui:--api-key"|"llamactl tui:--device"|"llamactl tui:--audio-file") skip=1 ;;
         esac
     done
     # --option=value arrives as three words: --option, =, value
@@ -61,7 +61,7 @@ _llamactl() {
         "llamactl chat:--ubatch-size"|"llamactl chat:-ub")
             COMPREPLY=()
             return ;;
-        "llamactl chat:--temperature"|"llamactl chat:-t")
+        "llamactl chat:--temp"|"llamactl chat:--temperature"|"llamactl chat:-t")
             COMPREPLY=()
             return ;;
         "llamactl chat:--top-p")
@@ -70,10 +70,13 @@ _llamactl() {
         "llamactl chat:--top-k")
             COMPREPLY=()
             return ;;
+        "llamactl chat:--min-p")
+            COMPREPLY=()
+            return ;;
         "llamactl chat:--seed")
             COMPREPLY=()
             return ;;
-        "llamactl chat:--max-tokens"|"llamactl chat:-n")
+        "llamactl chat:--max-tokens"|"llamactl chat:--n-predict"|"llamactl chat:--predict"|"llamactl chat:-n")
             COMPREPLY=()
             return ;;
         "llamactl chat:--system"|"llamactl chat:-s")
@@ -176,6 +179,24 @@ _llamactl() {
             COMPREPLY=()
             return ;;
         "llamactl serve:--ubatch-size"|"llamactl serve:-ub")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--temp"|"llamactl serve:--temperature")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--top-p")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--top-k")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--min-p")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--seed"|"llamactl serve:-s")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--max-tokens"|"llamactl serve:--n-predict"|"llamactl serve:--predict"|"llamactl serve:-n")
             COMPREPLY=()
             return ;;
         "llamactl serve:--host")
@@ -371,7 +392,7 @@ _llamactl() {
             subs="chat convert models ps score serve stop transcribe tts tui"
             args=none ;;
         "llamactl chat")
-            opts="--model -m --ctx-size -c --threads --threads-batch -tb --batch-size -b --ubatch-size -ub --temperature -t --top-p --top-k --seed --max-tokens -n --system -s --kv-unified --no-kv-unified --cache-type -ctk --cache-ram -cram --cache-idle-slots --no-cache-idle-slots --slot-prompt-similarity -sps --ctx-checkpoints -ctxcp --checkpoint-min-step -cms --spec-type --model-draft -md --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min --chat-template-file --show-timings --hide-reasoning --json --help -h"
+            opts="--model -m --ctx-size -c --threads --threads-batch -tb --batch-size -b --ubatch-size -ub --temp --temperature -t --top-p --top-k --min-p --seed --max-tokens --n-predict --predict -n --system -s --kv-unified --no-kv-unified --cache-type -ctk --cache-ram -cram --cache-idle-slots --no-cache-idle-slots --slot-prompt-similarity -sps --ctx-checkpoints -ctxcp --checkpoint-min-step -cms --spec-type --model-draft -md --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min --chat-template-file --show-timings --hide-reasoning --json --help -h"
             subs=""
             args=none ;;
         "llamactl convert")
@@ -391,7 +412,7 @@ _llamactl() {
             subs=""
             args=none ;;
         "llamactl serve")
-            opts="--model -m --ctx-size -c --parallel -np --threads -t --threads-batch -tb --batch-size -b --ubatch-size -ub --host --port --api-key --api-key-file --sse-ping-interval --metrics --max-queue --alias -a --kv-unified --no-kv-unified --cache-type -ctk --cache-ram -cram --cache-idle-slots --no-cache-idle-slots --slot-prompt-similarity -sps --ctx-checkpoints -ctxcp --checkpoint-min-step -cms --spec-type --model-draft -md --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min --chat-template-file --models-preset --models-max --models-autoload --no-models-autoload --sleep-idle-seconds --max-audio-seconds --max-audio-upload-mib --realtime-max-buffer-seconds --realtime-max-sessions --max-messages --max-stop-strings --max-stop-length --max-tools --max-schema-bytes --max-schema-depth --max-json-values --cors-origins --allowed-hosts --max-body-size --body-timeout --shutdown-grace --models-dir --log-level --mmproj --help -h"
+            opts="--model -m --ctx-size -c --parallel -np --threads -t --threads-batch -tb --batch-size -b --ubatch-size -ub --temp --temperature --top-p --top-k --min-p --seed -s --max-tokens --n-predict --predict -n --host --port --api-key --api-key-file --sse-ping-interval --metrics --max-queue --alias -a --strict-model-names --no-slots --slots --props --jinja --no-jinja --cont-batching --no-cont-batching -cb --kv-unified --no-kv-unified --cache-type -ctk --cache-ram -cram --cache-idle-slots --no-cache-idle-slots --slot-prompt-similarity -sps --ctx-checkpoints -ctxcp --checkpoint-min-step -cms --spec-type --model-draft -md --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min --chat-template-file --models-preset --models-max --models-autoload --no-models-autoload --sleep-idle-seconds --max-audio-seconds --max-audio-upload-mib --realtime-max-buffer-seconds --realtime-max-sessions --max-messages --max-stop-strings --max-stop-length --max-tools --max-schema-bytes --max-schema-depth --max-json-values --cors-origins --allowed-hosts --max-body-size --body-timeout --shutdown-grace --models-dir --log-level --mmproj --help -h"
             subs=""
             args=none ;;
         "llamactl stop")

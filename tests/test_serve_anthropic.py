@@ -589,7 +589,7 @@ def test_non_stream_client_timeout_frees_the_slot(server):
             break
     else:
         pytest.fail("the model finished three long stories within a second each")
-    assert engine.busy_slots == 1
+    assert engine.busy_slots >= 1  # ours (the shared server may still end an earlier one)
     deadline = time.monotonic() + 30
     while engine.busy_slots and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -106,7 +106,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         self._companions = self.kv_type in SPLIT_KERNEL_KV and self._can_trim
         self._split_streams = not config.kv_unified and config.n_parallel > 1
         held = 1 if self._companions else 0
-        self.n_ctx_slot = llama_cpp.llama_n_ctx_seq(ctx) - held
+        self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(ctx)  # each slot's KV cells
+        self.n_ctx_slot = self.n_ctx_seq - held  # what a slot's prompt and answer may fill
         self._row_budget = self.n_batch - (config.n_parallel if self._companions else 0)
         self._checkpoints = not self._can_trim and config.ctx_checkpoints > 0
         cache_mib = config.cache_ram_mib
@@ -235,7 +236,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
     def slots_info(self) -> list[SlotInfo]:
         """Each slot's state and its current or last job (`/slots`); safe from any thread."""
         speculative = bool(self.speculators)
-        return [slot.info(self.n_ctx_slot, speculative) for slot in self._slots]
+        return [slot.info(self.n_ctx_seq, speculative) for slot in self._slots]
 
     def drain(self) -> None:
         """Take no new requests and end the queued ones; running ones go on to their end (the

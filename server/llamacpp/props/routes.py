@@ -28,7 +28,7 @@ def props_of(state: ServerState) -> dict[str, Any]:
     return {
         "default_generation_settings": {
             "params": generation_params(sampling_defaults(settings), settings.max_tokens),
-            "n_ctx": engine.n_ctx_slot,
+            "n_ctx": engine.n_ctx_seq,  # the slot's size, as llama-server reports it
         },
         "total_slots": engine.config.n_parallel,
         "model_alias": state.model_id,
