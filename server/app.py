@@ -27,6 +27,7 @@ API_ROUTERS: list[str] = [
     "llamacpp.decisions:router",
     "llamacpp.tts:router",
     "llamacpp.tokens:router",
+    "llamacpp.completion:router",
     "llamacpp.slots:router",
     "llamacpp.props:router",
 ]

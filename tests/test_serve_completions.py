@@ -57,7 +57,7 @@ def test_token_prompt_equals_text_prompt(server):
     tokens = server.state.engine.model.tokenize(PROMPT)
     body = {"max_tokens": 4, "temperature": 0}
     a = post(server, {**body, "prompt": PROMPT}).json()["choices"][0]["text"]
-    b = post(server, {**body, "prompt": tokens}, path="/completions").json()["choices"][0]["text"]
+    b = post(server, {**body, "prompt": tokens}).json()["choices"][0]["text"]
     assert a == b
 
 

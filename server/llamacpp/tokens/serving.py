@@ -11,9 +11,15 @@ __all__ = ["detokenize", "pieces", "tokenize"]
 
 
 def tokenize(
-    engine: Engine, content: str | list[str | int], *, add_special: bool, parse_special: bool
+    engine: Engine,
+    content: str | list[str | int],
+    *,
+    add_special: bool,
+    parse_special: bool,
+    field: str = "content",
 ) -> list[int]:
-    """A text, or texts and ids mixed: only a text first in the list gets `add_special`."""
+    """A text, or texts and ids mixed: only a text first in the list gets `add_special`; an
+    id outside the vocabulary is a 400 naming `field.i`."""
     model = engine.model
     if isinstance(content, str):
         return model.tokenize(content, add_special=add_special, parse_special=parse_special)
@@ -23,7 +29,7 @@ def tokenize(
             first = add_special and i == 0
             tokens += model.tokenize(part, add_special=first, parse_special=parse_special)
         else:
-            tokens.append(_checked(engine, part, f"content.{i}"))
+            tokens.append(_checked(engine, part, f"{field}.{i}"))
     return tokens
 
 

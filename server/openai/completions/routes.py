@@ -33,7 +33,6 @@ _STREAM_DOC: dict[int | str, dict[str, Any]] = {
     responses=_STREAM_DOC,
     summary="Create a text completion (no chat template)",
 )
-@router.post("/completions", include_in_schema=False)
 async def completions(body: CompletionRequest, request: Request) -> Response:
     state = server_state(request)
     pings = ping_interval(state, body.sse_ping_interval)

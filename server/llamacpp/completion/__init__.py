@@ -1,0 +1,5 @@
+"""llama-server's native completion: `POST /completion` and `POST /completions`."""
+
+from .routes import router
+
+__all__ = ["router"]

@@ -1,0 +1,38 @@
+"""The native `/completion` body, as llama-server b11434 reads it (its README, "POST
+/completion"). The sampling fields are the OpenAI endpoints' (`SamplingFields`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, StrictInt
+
+from ...openai.chat.protocol import SamplingFields
+
+__all__ = ["NativeCompletionRequest", "NativePrompt"]
+
+# A string; token ids, or texts and ids mixed (one prompt); or a list of such prompts
+NativePrompt = str | list[StrictInt | str] | list[str | list[StrictInt | str]]
+
+
+class NativeCompletionRequest(SamplingFields):
+    """`POST /completion`. Unknown fields are ignored, as llama-server does."""
+
+    prompt: NativePrompt = Field(
+        description="A string, token ids, or texts and ids mixed (one prompt), or a list of "
+        "strings / token lists (one result each, answered as a list). Strings get the model's "
+        "BOS and may hold special tokens written out"
+    )
+    n_predict: int | None = Field(
+        None, description="Tokens to generate at most; -1: no limit (the server's -n otherwise)"
+    )
+    n_probs: int = Field(
+        0, description="0..20: with each generated token, this many likeliest alternatives"
+    )
+    return_tokens: bool = Field(False, description="Return the generated token ids in `tokens`")
+    json_schema: dict[str, Any] | None = Field(
+        None, description="Constrain the output to this JSON Schema"
+    )
+    id_slot: int = Field(
+        -1, description="Accepted; llamactl picks the slot sharing most of the prompt itself"
+    )
