@@ -117,17 +117,17 @@ def test_control_needs_reasoning_control(thinking_server):
 
 
 def test_control_on_model_without_reasoning(server):
-    """A template without reasoning markers cannot be controlled, even when asked for."""
+    """A template without reasoning markers has no reasoning to end: the control succeeds and
+    the answer goes on, as llama-server answers it."""
     body = {"messages": HI, "max_tokens": 400, "reasoning_control": True}
     body["logit_bias"] = eog_bias(server)
     with httpx.stream("POST", server.v1 + "/chat/completions", json={**body, "stream": True}) as r:
         events = chunks(r)
         first = next(c for c in events if c["choices"][0]["delta"].get("content"))
         answer = control(server, {"id": first["id"], "action": "reasoning_end"})
-    assert answer.json() == {
-        "success": False,
-        "message": "reasoning control not enabled for this completion",
-    }
+        rest = [c["choices"][0]["delta"].get("content") for c in events if c["choices"]]
+    assert answer.json() == {"success": True}
+    assert any(rest)  # the answer went on
 
 
 def test_unknown_id(server):

@@ -383,10 +383,13 @@ def control(state: ServerState, completion_id: str | None, action: str | None) -
     streams = [s for s in state.live(completion_id) if not s.raw.finished]
     if not streams:
         return {"success": False, "message": "no active completion for this id"}
-    allowed = [s for s in streams if is_controllable(s) and s.reasoning_enabled]
+    allowed = [s for s in streams if is_controllable(s)]
     if not allowed:
         return {"success": False, "message": "reasoning control not enabled for this completion"}
-    if not any([s.end_reasoning() for s in allowed]):
+    # A completion whose template has no reasoning block has nothing to end: done, as
+    # llama-server answers it.
+    ended = [s.end_reasoning() for s in allowed if s.reasoning_enabled]
+    if all(s.raw.finished for s in allowed) and not any(ended):
         return {"success": False, "message": "no active completion for this id"}
     return {"success": True}
 
