@@ -52,11 +52,21 @@ _ANTHROPIC_TYPES = {
 class APIError(LlamactlError):
     """An answer whose status is chosen where it is raised (llama-server's wording and codes)."""
 
-    def __init__(self, status: int, message: str, type_: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = self.http_status = status
         self.message = message
         self.type = self.error_type = type_ or _TYPES.get(status, "server_error")
+        self._details = details or {}
+
+    def details(self) -> dict[str, Any]:
+        return self._details
 
 
 def bad_request(message: str) -> APIError:
@@ -74,25 +84,34 @@ def is_anthropic_path(path: str) -> bool:
     return path.startswith(("/v1/messages", "/messages"))
 
 
-def error_body(path: str, status: int, message: str, type_: str) -> dict[str, Any]:
+def error_body(
+    path: str, status: int, message: str, type_: str, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The API family's error body (chosen by path); OpenAI-shaped ones carry `details`."""
     if is_anthropic_path(path):
         return {
             "type": "error",
             "error": {"type": _ANTHROPIC_TYPES.get(type_, type_), "message": message},
         }
-    return {"error": {"code": status, "message": message, "type": type_}}
+    return {"error": {"code": status, "message": message, "type": type_, **(details or {})}}
 
 
-def error_response(path: str, status: int, message: str, type_: str | None = None) -> JSONResponse:
+def error_response(
+    path: str,
+    status: int,
+    message: str,
+    type_: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> JSONResponse:
     type_ = type_ or _TYPES.get(status, "server_error")
-    return JSONResponse(error_body(path, status, message, type_), status_code=status)
+    return JSONResponse(error_body(path, status, message, type_, details), status_code=status)
 
 
 def from_engine_error(exc: LlamactlError) -> APIError:
     """The answer an error gives, read from its class: the one mapping to HTTP."""
     if isinstance(exc, APIError):
         return exc
-    return APIError(exc.http_status, str(exc), exc.error_type)
+    return APIError(exc.http_status, str(exc), exc.error_type, exc.details())
 
 
 def api_error_of(exc: BaseException) -> APIError:
@@ -124,7 +143,7 @@ def install_handlers(app) -> None:
     @app.exception_handler(LlamactlError)
     async def _engine_error(request: Request, exc: LlamactlError) -> JSONResponse:
         api = from_engine_error(exc)
-        return error_response(request.url.path, api.status, api.message, api.type)
+        return error_response(request.url.path, api.status, api.message, api.type, api.details())
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

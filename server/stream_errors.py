@@ -19,7 +19,8 @@ ANTHROPIC_PATH = "/v1/messages"
 def openai_error_frame(exc: BaseException) -> str:
     """`data: {"error": {"code", "message", "type"}}`, then the stream ends (no `[DONE]`)."""
     err = api_error_of(exc)
-    return data_frame({"error": {"code": err.status, "message": err.message, "type": err.type}})
+    body = {"code": err.status, "message": err.message, "type": err.type, **err.details()}
+    return data_frame({"error": body})
 
 
 def anthropic_error_frame(exc: BaseException) -> str:

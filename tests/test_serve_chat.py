@@ -489,6 +489,8 @@ def test_request_errors(server):
     r = post(server, {"messages": [{"role": "user", "content": "x " * 5000}]})
     assert r.status_code == 400
     assert error_of(r)["type"] == "exceed_context_size_error"
+    assert error_of(r)["n_ctx"] == server.state.engine.n_ctx_slot  # llama-server's fields
+    assert error_of(r)["n_prompt_tokens"] > error_of(r)["n_ctx"]
     fmt = {"type": "json_object"}
     r = post(server, {"messages": HI, "grammar": 'root ::= "a"', "response_format": fmt})
     assert r.status_code == 400 and "'grammar'" in error_of(r)["message"]

@@ -9,6 +9,7 @@ these attributes and never test for classes, so a new error only needs its class
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 EXIT_FAILURE = 1  # an error meant for users: one red line
 EXIT_USAGE = 2  # a bad command line, as click reports it
@@ -21,6 +22,11 @@ class LlamactlError(Exception):
     exit_code: int = EXIT_FAILURE
     http_status: int = 500
     error_type: str = "server_error"
+
+    def details(self) -> dict[str, Any]:
+        """Fields an API error body carries besides the message (llama-server's, e.g. a
+        context overflow's `n_prompt_tokens` and `n_ctx`)."""
+        return {}
 
 
 class UsageError(LlamactlError):
@@ -70,6 +76,9 @@ class ContextLengthError(LlamactlError):
         )
         self.n_prompt = n_prompt
         self.n_ctx = n_ctx
+
+    def details(self) -> dict[str, Any]:
+        return {"n_prompt_tokens": self.n_prompt, "n_ctx": self.n_ctx}
 
 
 class NotSupportedError(LlamactlError):

@@ -200,8 +200,7 @@ class ResponseRun:
             "created_at": self.created_at,
             "status": status,
         }
-        if status == "completed":
-            out["completed_at"] = now()
+        out["completed_at"] = now() if status == "completed" else None
         out.update(error=error, incomplete_details=incomplete)
         out.update(self.echo)
         out["output"] = [] if status == "in_progress" else self.builder.output
