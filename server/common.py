@@ -63,6 +63,7 @@ def check_model(state: ServerState, model: str | None) -> None:
     if model is None or model == "" or not state.settings.strict_model_names:
         return
     names = {state.model_id, state.model_path.name, state.model_path.stem, str(state.model_path)}
+    names.update(state.aliases)
     if model not in names:
         raise APIError(
             400,

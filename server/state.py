@@ -76,7 +76,10 @@ class ServerState:
         self.settings = settings
         self.model_path = model_path
         self.mmproj = mmproj  # a decision model's projector (default: found beside it)
-        self.model_id = settings.alias or model_path.stem
+        # llama-server's `--alias a,b,c`: every alias names the model; the id is the first
+        # in sorted order (llama-server keeps them in a std::set)
+        self.aliases = sorted({a.strip() for a in (settings.alias or "").split(",") if a.strip()})
+        self.model_id = self.aliases[0] if self.aliases else model_path.stem
         self.api_keys: list[str] = settings.resolved_api_keys()
         self.metrics = Metrics()
         self.engine: Engine | None = None

@@ -159,8 +159,9 @@ def test_llama_server_command_lines_are_taken(tmp_path: Path) -> None:
     """The command line llama.cpp's own server tests start llama-server with."""
     port = free_port()
     args = ["--port", str(port), "--temp", "0.8", "--seed", "42", "--host", "127.0.0.1"]
-    args += ["--batch-size", "32", "--no-slots", "--alias", "tinyllama-2", "--ctx-size", "512"]
-    args += ["--parallel", "2", "--n-predict", "64", "--no-jinja", "-cb", "--top-k", "30"]
+    args += ["--batch-size", "32", "--no-slots", "--ctx-size", "512", "--parallel", "2"]
+    args += ["--n-predict", "64", "--no-jinja", "-cb", "--top-k", "30", "--strict-model-names"]
+    args += ["--alias", "tinyllama-2,fim,code", "--tags", "chat,fim,small"]
     with serve(tmp_path, *args, port=port) as live:
         live.wait_healthy()
         props = httpx.get(live.url + "/props", timeout=30).json()
@@ -168,7 +169,11 @@ def test_llama_server_command_lines_are_taken(tmp_path: Path) -> None:
         assert (params["temperature"], params["seed"], params["n_predict"]) == (0.8, 42, 64)
         assert params["top_k"] == 30 and props["total_slots"] == 2
         assert props["default_generation_settings"]["n_ctx"] == 256
-        assert props["model_alias"] == "tinyllama-2"
+        assert props["model_alias"] == "code"  # the first alias in sorted order, as llama-server
         assert httpx.get(live.url + "/slots", timeout=30).status_code == 501
-        models = httpx.get(live.url + "/v1/models", timeout=30).json()
-        assert models["data"][0]["id"] == "tinyllama-2"
+        [model] = httpx.get(live.url + "/v1/models", timeout=30).json()["data"]
+        assert model["id"] == "code" and model["aliases"] == ["code", "fim", "tinyllama-2"]
+        assert model["tags"] == ["chat", "fim", "small"]
+        for name, status in (("fim", 200), ("tinyllama-2", 200), ("gpt-4o", 400)):
+            body = {"model": name, "prompt": "Hi", "n_predict": 1}
+            assert httpx.post(live.url + "/completion", json=body, timeout=60).status_code == status

@@ -254,9 +254,17 @@ class Settings:
     ] = 64
     alias: Annotated[
         str | None,
-        Field(description="Model id reported by /v1/models."),
+        Field(
+            description="Model id reported by /v1/models; several, comma-separated, all name"
+            " the model (the id is the first in sorted order, as llama-server picks it)."
+        ),
         Flag(_MODEL, commands=frozenset({SERVE}), short="-a"),
     ] = None
+    tags: Annotated[
+        list[str],
+        Field(description="Tags /v1/models lists for the model, comma-separated."),
+        Flag(_COMPAT, commands=frozenset({SERVE}), shown_default="none"),
+    ] = Field(default_factory=list)
     strict_model_names: Annotated[
         bool,
         Field(

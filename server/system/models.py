@@ -26,6 +26,8 @@ def list_models(request: Request) -> dict:
         "object": "model",
         "created": int(state.metrics.started),
         "owned_by": "llamactl",
+        "aliases": state.aliases,  # llama-server's: every name a request may use (--alias)
+        "tags": state.settings.tags,
         "meta": {
             "architecture": info.architecture,
             "n_ctx_train": info.n_ctx_train,
