@@ -9,7 +9,8 @@ pinned requirements). Each server is started by `scripts/peer_server.py`, which 
 suite's model downloads by local GGUFs (`--models FILE`: a JSON object, hf repo or
 "repo/file" -> path; default: the embedded SmolLM2 for every model). Both servers get the same
 command lines and the same models, so a test that passes on one and fails on the other is a
-difference between the servers. The suite's slow tests are left out, as its `tests.sh` does.
+difference between the servers. The suite's slow tests are left out, as its `tests.sh` does,
+and so is its model preloading (nothing to download; see `without_preload`).
 
 Progress goes to stderr; the table (or `--json`) to stdout. Exit status 0 unless the suite
 could not run at all.
@@ -67,6 +68,20 @@ def fetch_suite(cache: Path) -> Path:
         shutil.copytree(found, staged)
         staged.rename(suite)
     return suite
+
+
+PRELOAD = "        ServerPreset.load_all()"
+NO_PRELOAD = "        pass  # peer_suite.py: the models are local, there is nothing to download"
+
+
+def without_preload(suite: Path) -> None:
+    """The suite's session fixture starts every preset once to download its model, and one
+    preset that fails to start errors every test. With local models there is nothing to
+    download, so the runner turns that step off: each test then stands on its own."""
+    conftest = suite / "conftest.py"
+    text = conftest.read_text()
+    if PRELOAD in text:
+        conftest.write_text(text.replace(PRELOAD, NO_PRELOAD))
 
 
 def suite_python(cache: Path, suite: Path) -> Path:
@@ -188,6 +203,7 @@ def main() -> int:
 
     cache = _cache_dir()
     suite = opts.suite or fetch_suite(cache)
+    without_preload(suite)
     python = suite_python(cache, suite)
     models = json.loads(opts.models.read_text()) if opts.models else {}
     selection = [s if s.startswith("unit/") else f"unit/{s}" for s in opts.only]
