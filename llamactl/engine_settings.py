@@ -84,10 +84,15 @@ def sampling_defaults(settings: Settings) -> SamplingParams:
 
 
 def chat_template(settings: Settings) -> str | None:
-    """The text of `chat_template_file`, which replaces the model's template; None: keep it."""
-    if settings.chat_template_file is None:
+    """The template replacing the model's: `chat_template_file`'s text, else `chat_template`
+    (`chatml`, llama-server's name for it, or Jinja text); None: keep the model's."""
+    if settings.chat_template_file is not None:
+        return Path(settings.chat_template_file).read_text(encoding="utf-8")
+    if settings.chat_template is None:
         return None
-    return Path(settings.chat_template_file).read_text(encoding="utf-8")
+    from llamactl.engine.chat import CHATML_TEMPLATE
+
+    return CHATML_TEMPLATE if settings.chat_template == "chatml" else settings.chat_template
 
 
 def open_engine(settings: Settings, model_path: Path) -> ChatEngine:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import time
 from typing import Any
@@ -182,11 +183,24 @@ def check_chat_limits(
             limits.check_schema(function.get("parameters"), f"tools.{i}.parameters")
 
 
+def with_server_defaults(state: ServerState, request: ChatRequest) -> ChatRequest:
+    """What the request leaves open, from the server's flags (`--reasoning`,
+    `--reasoning-budget`): one place, so every API family reasons alike."""
+    s = state.settings
+    changes: dict[str, Any] = {}
+    if request.enable_thinking is None and s.reasoning != "auto":
+        changes["enable_thinking"] = s.reasoning == "on"
+    if request.reasoning_budget is None and s.reasoning_budget >= 0:
+        changes["reasoning_budget"] = s.reasoning_budget
+    return dataclasses.replace(request, **changes) if changes else request
+
+
 def render_chat(
     state: ServerState, request: ChatRequest, *, messages_field: str = "messages"
 ) -> RenderedChat:
     """The prompt a chat request renders to (for token counts), within the limits."""
     check_chat_limits(state, request, messages_field=messages_field)
+    request = with_server_defaults(state, request)
     try:
         return state.require_chat().render(request)
     except LlamactlError as exc:
@@ -199,6 +213,7 @@ def start_chat(
     """Render and submit; engine errors become API errors before any byte is sent. (`n` was
     checked against the slots where the body was read: `openai_chat.params.choice_count`.)"""
     check_chat_limits(state, request, messages_field=messages_field)
+    request = with_server_defaults(state, request)
     try:
         return state.require_chat().start(request)
     except LlamactlError as exc:

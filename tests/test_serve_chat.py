@@ -753,3 +753,57 @@ def test_unit_params():
     assert u["prompt_tokens"] == 12 and u["completion_tokens"] == 6
     assert params.finish_reason(done(reason="cancelled")) == "stop"
     assert params.finish_reason(done(reason="length"), True) == "length"
+
+
+@pytest.mark.parametrize("family", ["chat", "responses", "anthropic"])
+def test_server_wide_reasoning_flags(thinking_server, family):
+    """`--reasoning off` / `--reasoning-budget N` decide what a request leaves open, in every
+    API family; a request that says otherwise wins."""
+    import dataclasses
+
+    bias = eog_bias(thinking_server)
+    state = thinking_server.state
+    saved = state.settings
+
+    def reasoning_and_content(extra: dict) -> tuple[str, str]:
+        if family == "chat":
+            body = {"messages": HI, "max_tokens": 16, "temperature": 0, "logit_bias": bias}
+            m = post(thinking_server, {**body, **extra}).json()["choices"][0]["message"]
+            return m.get("reasoning_content") or "", m.get("content") or ""
+        if family == "responses":
+            body = {"input": "Hi", "max_output_tokens": 16, "temperature": 0, **extra}
+            out = httpx.post(thinking_server.v1 + "/responses", json=body, timeout=120).json()
+            kinds = {o["type"]: o for o in out["output"]}
+            text = kinds["message"]["content"][0]["text"] if "message" in kinds else ""
+            return ("x" if "reasoning" in kinds else ""), text
+        body = {"model": state.model_id, "messages": HI, "max_tokens": 16, "temperature": 0}
+        out = httpx.post(thinking_server.url + "/v1/messages", json={**body, **extra}, timeout=120)
+        blocks = {b["type"]: b for b in out.json()["content"]}
+        return blocks.get("thinking", {}).get("thinking", ""), blocks.get("text", {}).get(
+            "text", ""
+        )
+
+    try:
+        assert reasoning_and_content({})[0]  # the template reasons by default
+        state.settings = dataclasses.replace(saved, reasoning="off")
+        reasoning, content = reasoning_and_content({})
+        assert not reasoning and content
+        if family == "chat":
+            on = {"chat_template_kwargs": {"enable_thinking": True}}
+            assert reasoning_and_content(on)[0]  # the request wins
+        state.settings = dataclasses.replace(saved, reasoning_budget=2)
+        reasoning, content = reasoning_and_content({})
+        assert reasoning and content  # the budget ended the reasoning early
+    finally:
+        state.settings = saved
+
+
+def test_chat_template_chatml_by_name():
+    from llamactl.config import load_settings
+    from llamactl.engine.chat import CHATML_TEMPLATE
+    from llamactl.engine_settings import chat_template
+
+    assert chat_template(load_settings({"chat_template": "chatml"})) == CHATML_TEMPLATE
+    jinja = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    assert chat_template(load_settings({"chat_template": jinja})) == jinja
+    assert chat_template(load_settings({})) is None

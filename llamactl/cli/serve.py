@@ -51,6 +51,15 @@ def serve_command(
             "--log-level", help="debug, info, warning or error.", rich_help_panel=SERVER_PANEL
         ),
     ] = "info",
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="Log everything: --log-level debug (llama-server's -v).",
+            rich_help_panel=SERVER_PANEL,
+        ),
+    ] = False,
     mmproj: Annotated[
         Path | None,
         typer.Option(
@@ -70,7 +79,7 @@ def serve_command(
         raise typer.BadParameter(
             f"expected one of {', '.join(LOG_LEVELS)}", param_hint="--log-level"
         )
-    log_level = log_level.lower()
+    log_level = "debug" if verbose else log_level.lower()
     settings = load_settings({**overrides, "models_dir": models_dir})
     if models_dir is not None or settings.models_preset is not None:
         _serve_router(settings, models_dir is not None, log_level)

@@ -308,6 +308,7 @@ class Settings:
     flash_attn: Annotated[
         FlashAttn,
         Field(description="Flash attention: auto, on or off."),
+        Flag(_MODEL, short="-fa", metavar="on|off|auto"),
         Engine("flash_attn", convert=_flash_on),
     ] = "on"
     cache_type: Annotated[
@@ -389,6 +390,31 @@ class Settings:
         Field(description="Jinja file replacing the model's template."),
         Flag(_MODEL),
     ] = None
+    chat_template: Annotated[
+        str | None,
+        Field(
+            description="A template replacing the model's: `chatml`, or Jinja text"
+            " (llama-server's --chat-template); --chat-template-file wins."
+        ),
+        Flag(_MODEL, metavar="NAME|JINJA"),
+    ] = None
+    reasoning: Annotated[
+        Literal["on", "off", "auto"],
+        Field(
+            description="Whether chats reason when a request does not say: on, off, or auto"
+            " (the template's default)."
+        ),
+        Flag(_COMPAT, commands=frozenset({SERVE}), short="-rea"),
+    ] = "auto"
+    reasoning_budget: Annotated[
+        int,
+        Field(
+            ge=-1,
+            description="Reasoning tokens a chat may use when a request does not say; -1: no"
+            " limit.",
+        ),
+        Flag(_COMPAT, commands=frozenset({SERVE})),
+    ] = -1
     # Router mode (`serve --models-dir/--models-preset`): many models, each in a child process
     models_preset: Annotated[
         Path | None,
