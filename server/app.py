@@ -27,6 +27,8 @@ API_ROUTERS: list[str] = [
     "llamacpp.decisions:router",
     "llamacpp.tts:router",
     "llamacpp.tokens:router",
+    "openai.embeddings:router",
+    "llamacpp.embeddings:router",
     "llamacpp.completion:router",
     "llamacpp.slots:router",
     "llamacpp.props:router",

@@ -18,6 +18,8 @@ from llamactl import (
     AudioService,
     ChatModel,
     DecisionEngine,
+    Embedder,
+    EmbedderConfig,
     Engine,
     LlamactlError,
     Synthesizer,
@@ -51,6 +53,7 @@ class Loaded:
     engine: Engine | None = None  # text generation (chat models)
     chat: ChatModel | None = None  # the chat template over `engine`
     decisions: DecisionEngine | None = None  # typed questions (decision models)
+    embeddings: Embedder | None = None  # vectors of texts (chat models, with --embedding)
 
 
 def is_decision_model(path: Path) -> bool:
@@ -67,11 +70,25 @@ def load_chat(settings: Settings, make_engine: Callable[[], Engine]) -> Loaded:
     template = chat_template(settings)
     engine = make_engine()
     try:
-        return Loaded(engine=engine, chat=ChatModel(engine, template=template))
+        chat = ChatModel(engine, template=template)
+        embeddings = open_embeddings(settings, engine) if settings.embedding else None
+        return Loaded(engine=engine, chat=chat, embeddings=embeddings)
     except BaseException:
         engine.close()
         engine.model.close()
         raise
+
+
+def open_embeddings(settings: Settings, engine: Engine) -> Embedder:
+    """A second context of the chat engine's model, for embeddings (`--embedding`): as large
+    as one slot's, with the settings' pooling."""
+    config = EmbedderConfig(
+        n_ctx=engine.n_ctx_seq,
+        n_ubatch=settings.ubatch_size,
+        n_threads=settings.threads,
+        pooling=settings.pooling,
+    )
+    return Embedder(engine.model, config)
 
 
 def text_engine(settings: Settings, model_path: Path) -> Engine:

@@ -25,6 +25,7 @@ from llamactl import (
     ChatModel,
     ChatStream,
     DecisionEngine,
+    Embedder,
     Engine,
     Synthesizer,
 )
@@ -85,6 +86,7 @@ class ServerState:
         self.engine: Engine | None = None
         self.chat: ChatModel | None = None
         self.decisions: DecisionEngine | None = None
+        self.embeddings: Embedder | None = None  # with --embedding
         self.transcription: OnDemand[AudioService] = OnDemand(
             lambda: open_transcription(settings, self._llm_busy), AudioService.close
         )
@@ -129,16 +131,19 @@ class ServerState:
     def _install(self, loaded: Loaded) -> None:
         # chat last: `ready` turns true once everything it needs is in place
         self.engine, self.decisions = loaded.engine, loaded.decisions
+        self.embeddings = loaded.embeddings
         self.chat = loaded.chat
 
     def close(self) -> None:
         self.wait_loaded()
         self.stop_generating()
+        if self.embeddings is not None:
+            self.embeddings.close()  # before the model it reads
         if self.engine is not None:
             self.engine.model.close()
         if self.decisions is not None:
             self.decisions.dm.close()
-        self.engine = self.chat = self.decisions = None
+        self.engine = self.chat = self.decisions = self.embeddings = None
         self.transcription.close()
         self.speech.close()
 
@@ -161,6 +166,13 @@ class ServerState:
     def require_text_engine(self) -> Engine:
         """The text generation engine, or the same 501 as `require_chat`."""
         return self.require_chat().engine
+
+    def require_embeddings(self) -> Embedder:
+        """The embedding context, or llama-server's 501 naming the flag that turns it on."""
+        return require(
+            self.embeddings,
+            "This server does not support embeddings. Start it with `--embeddings`",
+        )
 
     def require_decisions(self) -> DecisionEngine:
         """The decision engine, or the spec's 501 for a model that is not a decision model."""

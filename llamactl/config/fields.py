@@ -265,6 +265,34 @@ class Settings:
         Field(description="Tags /v1/models lists for the model, comma-separated."),
         Flag(_COMPAT, commands=frozenset({SERVE}), shown_default="none"),
     ] = Field(default_factory=list)
+    embedding: Annotated[
+        bool,
+        Field(
+            description="Serve embeddings too (/v1/embeddings, /embedding): a second context"
+            " of the model, with embeddings on."
+        ),
+        Flag(
+            _COMPAT,
+            commands=frozenset({SERVE}),
+            negatable=False,
+            aliases=("--embeddings",),
+            shown_default="off",
+        ),
+    ] = False
+    pooling: Annotated[
+        Literal["none", "mean", "cls", "last", "rank"] | None,
+        Field(description="Embedding pooling: none, mean, cls, last or rank."),
+        Flag(_COMPAT, commands=frozenset({SERVE}), shown_default="the model's"),
+    ] = None
+    embd_normalize: Annotated[
+        int,
+        Field(
+            ge=-1,
+            description="Embedding normalization: -1 none, 0 max-abs (int16), 1 taxicab,"
+            " 2 euclidean, p > 2 the p-norm.",
+        ),
+        Flag(_COMPAT, commands=frozenset({SERVE})),
+    ] = 2
     strict_model_names: Annotated[
         bool,
         Field(

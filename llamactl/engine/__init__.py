@@ -15,6 +15,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "llamactl.engine.engine": ("Engine", "EngineConfig", "GenerationRequest"),
     "llamactl.engine.stream": ("GenerationStream",),
     "llamactl.engine.model": ("Model",),
+    "llamactl.engine.embeddings": ("Embedder", "EmbedderConfig", "normalize"),
     "llamactl.engine.grammar": ("json_grammar", "json_schema_grammar"),
     "llamactl.engine.speculative": ("parse_spec_types",),
     # chat
@@ -119,6 +120,7 @@ if TYPE_CHECKING:
         find_mmproj,
         load_decision_model,
     )
+    from llamactl.engine.embeddings import Embedder, EmbedderConfig, normalize
     from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
     from llamactl.engine.grammar import json_grammar, json_schema_grammar
     from llamactl.engine.model import Model
@@ -161,6 +163,8 @@ __all__ = [
     "DecisionRequest",
     "DecisionResult",
     "Done",
+    "Embedder",
+    "EmbedderConfig",
     "Engine",
     "EngineConfig",
     "Event",
@@ -173,9 +177,9 @@ __all__ = [
     "ReasoningDelta",
     "RenderedChat",
     "SamplingParams",
+    "Segment",
     "SlotInfo",
     "SlotJob",
-    "Segment",
     "SpeechStarted",
     "SpeechStopped",
     "StreamEvent",
@@ -199,6 +203,7 @@ __all__ = [
     "json_grammar",
     "json_schema_grammar",
     "load_decision_model",
+    "normalize",
     "open_mtmd_synthesizer",
     "open_synthesizer",
     "parse_spec_types",

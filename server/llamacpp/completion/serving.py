@@ -31,7 +31,7 @@ from ...sse import data_frame
 from ...state import ServerState
 from ...stream_errors import openai_error_frame
 from ..generation_params import generation_params
-from ..tokens.serving import tokenize
+from ..tokens.serving import prompts_of
 from .protocol import NativeCompletionRequest
 
 __all__ = ["NativeJob", "complete", "start", "stream_frames"]
@@ -53,25 +53,6 @@ class NativeJob:
     def cancel(self) -> None:
         for stream in self.streams:
             stream.cancel()
-
-
-def prompts_of(engine: Engine, prompt: Any) -> tuple[list[list[int]], bool]:
-    """llama-server's prompt forms: a list holding any token id is one prompt (ids, or texts
-    and ids mixed); a list of texts or token lists is one prompt each. (tokens, listed)."""
-    if isinstance(prompt, str) or any(isinstance(p, int) for p in prompt):
-        parts, listed = [prompt], False
-    else:
-        parts, listed = list(prompt), True
-    if not parts:
-        raise bad_request("Field 'prompt': must not be empty")
-    out = []
-    for i, part in enumerate(parts):
-        name = f"prompt.{i}" if listed else "prompt"
-        tokens = tokenize(engine, part, add_special=True, parse_special=True, field=name)
-        if not tokens:
-            raise bad_request(f"Field '{name}': must not be empty")
-        out.append(tokens)
-    return out, listed
 
 
 def _grammar(state: ServerState, body: NativeCompletionRequest) -> str | None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from llamactl import Engine
 
 from ...errors import bad_request
 from .protocol import TokenPiece
 
-__all__ = ["detokenize", "pieces", "tokenize"]
+__all__ = ["detokenize", "pieces", "prompts_of", "tokenize"]
 
 
 def tokenize(
@@ -59,3 +61,22 @@ def _checked(engine: Engine, token: int, field: str) -> int:
             f"Field '{field}': token id {token} is not in the vocabulary (0 to {n_vocab - 1})"
         )
     return token
+
+
+def prompts_of(engine: Engine, prompt: Any, field: str = "prompt") -> tuple[list[list[int]], bool]:
+    """llama-server's prompt forms: a list holding any token id is one prompt (ids, or texts
+    and ids mixed); a list of texts or token lists is one prompt each. (tokens, listed)."""
+    if isinstance(prompt, str) or any(isinstance(p, int) for p in prompt):
+        parts, listed = [prompt], False
+    else:
+        parts, listed = list(prompt), True
+    if not parts:
+        raise bad_request(f"Field '{field}': must not be empty")
+    out = []
+    for i, part in enumerate(parts):
+        name = f"{field}.{i}" if listed else field
+        tokens = tokenize(engine, part, add_special=True, parse_special=True, field=name)
+        if not tokens:
+            raise bad_request(f"Field '{name}': must not be empty")
+        out.append(tokens)
+    return out, listed

@@ -1,0 +1,152 @@
+"""Embeddings: a context of its own (embeddings on, the chosen pooling) beside the chat engine.
+
+Each input is decoded alone in one batch, so a vector never depends on what else was asked
+at the same time (the exactness the chat engine keeps); inputs of all requests take turns on
+one worker thread, which keeps the two compute threads for one decode at a time. An input
+must fit one physical batch (`n_ubatch`), as llama-server requires: a non-causal model sees
+the whole input at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from llamactl.core.errors import InvalidRequestError
+
+from ._backend import llama_cpp, memory_of
+from .batch import Batch
+from .context import ContextLayout, open_context
+from .model import Model
+
+__all__ = ["POOLING_TYPES", "Embedder", "EmbedderConfig", "Pooling", "normalize"]
+
+Pooling = Literal["none", "mean", "cls", "last", "rank"]
+POOLING_TYPES: dict[str, int] = {
+    "none": llama_cpp.LLAMA_POOLING_TYPE_NONE,
+    "mean": llama_cpp.LLAMA_POOLING_TYPE_MEAN,
+    "cls": llama_cpp.LLAMA_POOLING_TYPE_CLS,
+    "last": llama_cpp.LLAMA_POOLING_TYPE_LAST,
+    "rank": llama_cpp.LLAMA_POOLING_TYPE_RANK,
+}
+
+
+@dataclass(frozen=True)
+class EmbedderConfig:
+    n_ctx: int = 4096
+    n_ubatch: int = 512
+    n_threads: int = 2
+    pooling: Pooling | None = None  # None: the model's own (its GGUF's pooling_type)
+    # Off by default: flash attention's f16 path moves a normalized vector's components by up
+    # to 1e-2 on SmolLM2 (measured against llama.cpp without it, which agrees to 1e-8)
+    flash_attn: bool = False
+
+
+def normalize(vector: np.ndarray, kind: int) -> np.ndarray:
+    """llama.cpp's embd_normalize: -1 none, 0 max-abs scaled to int16, 1 taxicab,
+    2 euclidean (the default), p > 2 the p-norm."""
+    v = vector.astype(np.float64)
+    if kind < 0:
+        return vector
+    if kind == 0:
+        norm = np.max(np.abs(v)) / 32760.0
+    elif kind == 2:
+        norm = float(np.sqrt(np.sum(v * v)))
+    else:
+        norm = float(np.sum(np.abs(v) ** kind) ** (1.0 / kind))
+    return (v / norm).astype(np.float32) if norm > 0 else np.zeros_like(vector)
+
+
+class Embedder:
+    """Embeddings of token lists; `submit` is safe from any thread."""
+
+    def __init__(self, model: Model, config: EmbedderConfig) -> None:
+        self.model = model
+        self.config = config
+        pooling = POOLING_TYPES[config.pooling] if config.pooling else None
+        n_ubatch = min(config.n_ubatch, config.n_ctx)
+        self._ctx = open_context(
+            model,
+            ContextLayout(
+                n_ctx=config.n_ctx,
+                n_batch=n_ubatch,
+                n_ubatch=n_ubatch,
+                n_seq_max=1,
+                n_threads=config.n_threads,
+                n_threads_batch=config.n_threads,
+                flash_attn=config.flash_attn,
+                embeddings=True,
+                pooling_type=pooling,
+            ),
+        )
+        self._mem = memory_of(self._ctx)
+        self.n_ubatch = llama_cpp.llama_n_ubatch(self._ctx)
+        self.pooling_type = llama_cpp.llama_pooling_type(self._ctx)
+        self.n_embd = llama_cpp.llama_model_n_embd(model.handle)
+        self._batch = Batch(self.n_ubatch)
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="llamactl-embed")
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def pooled(self) -> bool:
+        return self.pooling_type != llama_cpp.LLAMA_POOLING_TYPE_NONE
+
+    def check(self, tokens: Sequence[int], field: str) -> None:
+        """The 400 an input that cannot be embedded gets, before any work is queued."""
+        if not tokens:
+            raise InvalidRequestError(f"Field '{field}': input content cannot be empty")
+        if len(tokens) > self.n_ubatch:
+            raise InvalidRequestError(
+                f"Field '{field}': input is too large to process ({len(tokens)} tokens); "
+                f"the physical batch holds {self.n_ubatch}: raise --ubatch-size"
+            )
+
+    def submit(self, inputs: Sequence[Sequence[int]]) -> Future[list[np.ndarray]]:
+        """Each input's embedding: one vector when pooled (a rank model's scores), else one
+        vector per token (a 2-D array). Unnormalized; see `normalize`."""
+        for i, tokens in enumerate(inputs):
+            self.check(tokens, f"input.{i}")
+        return self._worker.submit(lambda: [self._embed(list(t)) for t in inputs])
+
+    def _embed(self, tokens: list[int]) -> np.ndarray:
+        with self._lock:
+            if self._closed:
+                raise InvalidRequestError("the embedding model is closed")
+            llama_cpp.llama_memory_clear(self._mem, True)
+            self._batch.clear()
+            for pos, token in enumerate(tokens):
+                self._batch.add(token, pos, 0, True)
+            rc = llama_cpp.llama_decode(self._ctx, self._batch.raw)
+            if rc != 0:
+                raise InvalidRequestError(f"llama.cpp could not embed the input (code {rc})")
+            if self.pooled:
+                ptr = llama_cpp.llama_get_embeddings_seq(self._ctx, 0)
+                n = self._n_out()
+                return np.ctypeslib.as_array(ptr, shape=(n,)).copy()
+            rows = [
+                np.ctypeslib.as_array(
+                    llama_cpp.llama_get_embeddings_ith(self._ctx, i), shape=(self.n_embd,)
+                ).copy()
+                for i in range(len(tokens))
+            ]
+            return np.stack(rows)
+
+    def _n_out(self) -> int:
+        if self.pooling_type == llama_cpp.LLAMA_POOLING_TYPE_RANK:
+            return max(1, llama_cpp.llama_model_n_cls_out(self.model.handle))
+        return self.n_embd
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._batch.free()
+            llama_cpp.llama_free(self._ctx)
+        self._worker.shutdown(wait=False)

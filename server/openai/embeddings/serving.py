@@ -1,0 +1,77 @@
+"""Embedding requests: inputs → token lists → the embedding context → vectors, normalized
+as asked, in OpenAI's shape or llama-server's native one."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any
+
+import numpy as np
+
+from llamactl import LlamactlError, normalize
+
+from ...common import check_model
+from ...errors import bad_request, from_engine_error
+from ...llamacpp.tokens.serving import prompts_of
+from ...prepare import off_loop
+from ...state import ServerState
+from .protocol import EmbeddingsRequest
+
+__all__ = ["embed", "native_shape", "openai_shape"]
+
+
+def _inputs(state: ServerState, body: EmbeddingsRequest) -> tuple[list[list[int]], str]:
+    """(token lists, the field they came from): `input`, else llama-server's `content`."""
+    field = "input" if body.input is not None else "content"
+    raw = body.input if body.input is not None else body.content
+    if raw is None:
+        raise bad_request('"input" or "content" must be provided')
+    if body.dimensions is not None:
+        raise bad_request("Field 'dimensions': not supported; the model's own size is used")
+    engine = state.require_text_engine()
+    inputs, _ = prompts_of(engine, raw, field)
+    return inputs, field
+
+
+async def embed(state: ServerState, body: EmbeddingsRequest) -> tuple[list[np.ndarray], int, str]:
+    """(vectors — one per input, or per token without pooling —, tokens read, the field)."""
+    check_model(state, body.model)
+    embedder = state.require_embeddings()
+    inputs, field = await off_loop(_inputs, state, body)  # tokenizing takes a while
+    for i, tokens in enumerate(inputs):
+        try:
+            embedder.check(tokens, f"{field}.{i}" if len(inputs) > 1 else field)
+        except LlamactlError as exc:
+            raise from_engine_error(exc) from exc
+    vectors = await asyncio.wrap_future(embedder.submit(inputs))
+    kind = state.settings.embd_normalize if body.embd_normalize is None else body.embd_normalize
+    if embedder.pooled:
+        vectors = [normalize(v, kind) for v in vectors]
+    return vectors, sum(len(t) for t in inputs), field
+
+
+def _encoded(vector: np.ndarray, encoding: str) -> Any:
+    if encoding == "base64":
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+    return vector.tolist()
+
+
+def openai_shape(
+    vectors: list[np.ndarray], n_tokens: int, model: str, encoding: str
+) -> dict[str, Any]:
+    data = [
+        {"object": "embedding", "index": i, "embedding": _encoded(v, encoding)}
+        | ({"encoding_format": "base64"} if encoding == "base64" else {})
+        for i, v in enumerate(vectors)
+    ]
+    usage = {"prompt_tokens": n_tokens, "total_tokens": n_tokens}
+    return {"object": "list", "model": model, "data": data, "usage": usage}
+
+
+def native_shape(vectors: list[np.ndarray]) -> list[dict[str, Any]]:
+    """llama-server's native answer: each input's vectors as a list (one when pooled)."""
+    return [
+        {"index": i, "embedding": v.tolist() if v.ndim == 2 else [v.tolist()]}
+        for i, v in enumerate(vectors)
+    ]
