@@ -283,3 +283,26 @@ def test_cors_headers_on_simple_requests(server: LiveServer) -> None:
     assert r.headers["access-control-allow-credentials"] == "true"
     assert "x-request-id" in r.headers["access-control-expose-headers"].lower()
     assert "access-control-allow-origin" not in httpx.get(server.v1 + "/models").headers
+
+
+def test_metrics_under_llama_servers_names(small: LiveServer) -> None:
+    """llama-server's `llamacpp:*` names (its dashboards, llama.cpp's own test suite) carry the
+    same counters as llamactl's names, and the response has its Process-Start-Time-Unix."""
+    body = {"messages": [{"role": "user", "content": "Count: one"}], "max_tokens": 3}
+    answer = httpx.post(small.v1 + "/chat/completions", json=body, timeout=60).json()
+    r = httpx.get(small.url + "/metrics", timeout=10)
+    assert int(r.headers["process-start-time-unix"]) <= time.time()
+    text, values = r.text, metric_values(small)
+    counters = ["prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total"]
+    counters += ["tokens_predicted_total", "tokens_predicted_seconds_total", "n_decode_total"]
+    counters += ["n_tokens_max", "spec_decode_num_draft_tokens_total"]
+    gauges = ["prompt_tokens_seconds", "predicted_tokens_seconds", "requests_processing"]
+    gauges += ["requests_deferred", "n_busy_slots_per_decode"]
+    for name, kind in [(c, "counter") for c in counters] + [(g, "gauge") for g in gauges]:
+        assert f"# TYPE llamacpp:{name} {kind}" in text and f"# HELP llamacpp:{name} " in text
+    for shared in ("prompt_tokens_total", "prompt_tokens_cached_total", "tokens_predicted_total"):
+        assert values[f"llamacpp:{shared}"] == values[f"llamactl:{shared}"]
+    assert values["llamacpp:n_decode_total"] == values["llamactl:decode_calls_total"] > 0
+    assert values["llamacpp:n_tokens_max"] >= answer["usage"]["total_tokens"]
+    assert values["llamacpp:requests_processing"] == 0
+    assert 0 < values["llamacpp:n_busy_slots_per_decode"] <= 1  # one slot

@@ -524,6 +524,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         elapsed = time.perf_counter() - t0
         self.stats.decode_calls += 1
         self.stats.decode_seconds += elapsed
+        self.stats.busy_slot_steps += sum(1 for s in self._slots if s.busy)
         if self.speculators and not prompt_chunks:
             self.drafting.time_step(elapsed, sum(len(v[2]) for v in verify))
         # 3. book-keeping: what the KV now holds

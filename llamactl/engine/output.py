@@ -133,6 +133,10 @@ class OutputProcessor:
                 draft_n_accepted=slot.draft_accepted if self._speculating else None,
             )
             usage = Usage(len(req.prompt), slot.cached, len(slot.generated), slot.reasoning_tokens)
+            self.stats.prompt_seconds += timings.prompt_ms / 1000.0
+            self.stats.predicted_seconds += timings.predicted_ms / 1000.0
+            total = len(req.prompt) + len(slot.generated)
+            self.stats.n_tokens_max = max(self.stats.n_tokens_max, total)
             done = Done(reason, usage, timings, stop, tuple(slot.generated), index)
         slot.free_samplers()
         if index > 0 or slot.state == "waiting_parent":

@@ -86,4 +86,8 @@ class EngineStats:
     prompt_tokens_cached: int = 0
     decode_calls: int = 0
     decode_seconds: float = 0.0
+    busy_slot_steps: int = 0  # busy slots summed over decode calls
+    prompt_seconds: float = 0.0  # finished requests' prompt time, summed (llama-server's)
+    predicted_seconds: float = 0.0  # finished requests' generation time, summed
+    n_tokens_max: int = 0  # the longest sequence (prompt + generated) finished so far
     checkpoints_made: int = 0

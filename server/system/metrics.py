@@ -63,7 +63,91 @@ def metrics(request: Request) -> PlainTextResponse:
     lines += _speculator_lines(eng)
     for route, count in sorted(state.metrics.http_requests.items()):
         lines.append(f'llamactl:http_requests_total{{route="{route}"}} {count}')
-    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+    for name, kind, help_text, value in llamacpp_rows(eng):
+        lines += [
+            f"# HELP llamacpp:{name} {help_text}",
+            f"# TYPE llamacpp:{name} {kind}",
+            f"llamacpp:{name} {value}",
+        ]
+    headers = {"Process-Start-Time-Unix": str(int(state.metrics.started))}
+    return PlainTextResponse(
+        "\n".join(lines) + "\n", media_type="text/plain; version=0.0.4", headers=headers
+    )
+
+
+def llamacpp_rows(eng: Engine | DecisionEngine) -> list[tuple[str, str, str, float]]:
+    """llama-server's metric names, so its dashboards read llamactl too; the values are the
+    same engine counters the llamactl:* names show."""
+    st = eng.stats
+    specs = eng.speculators if isinstance(eng, Engine) else []
+    drafted = sum(s.stats.drafted for s in specs)
+    accepted = sum(s.stats.accepted for s in specs)
+    drafts = sum(s.stats.drafts for s in specs)
+    prompt_rate = st.prompt_tokens_processed / st.prompt_seconds if st.prompt_seconds else 0.0
+    predicted_rate = st.tokens_generated / st.predicted_seconds if st.predicted_seconds else 0.0
+    per_decode = st.busy_slot_steps / max(st.decode_calls, 1)
+    return [
+        (
+            "prompt_tokens_total",
+            "counter",
+            "Number of prompt tokens processed.",
+            st.prompt_tokens_processed,
+        ),
+        (
+            "prompt_tokens_cached_total",
+            "counter",
+            "Number of prompt tokens reused from the cache.",
+            st.prompt_tokens_cached,
+        ),
+        ("prompt_seconds_total", "counter", "Prompt process time", st.prompt_seconds),
+        (
+            "tokens_predicted_total",
+            "counter",
+            "Number of generation tokens processed.",
+            st.tokens_generated,
+        ),
+        ("tokens_predicted_seconds_total", "counter", "Predict process time", st.predicted_seconds),
+        ("n_decode_total", "counter", "Total number of llama_decode() calls", st.decode_calls),
+        (
+            "n_tokens_max",
+            "counter",
+            "Largest observed sequence length (prompt + generation)",
+            st.n_tokens_max,
+        ),
+        (
+            "spec_decode_num_draft_tokens_total",
+            "counter",
+            "Speculative: Total draft tokens generated",
+            drafted,
+        ),
+        (
+            "spec_decode_num_accepted_tokens_total",
+            "counter",
+            "Speculative: Total draft tokens accepted by the target model",
+            accepted,
+        ),
+        (
+            "spec_decode_num_drafts_total",
+            "counter",
+            "Speculative: Total speculative decoding verification steps",
+            drafts,
+        ),
+        ("prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s", prompt_rate),
+        (
+            "predicted_tokens_seconds",
+            "gauge",
+            "Average generation throughput in tokens/s",
+            predicted_rate,
+        ),
+        ("requests_processing", "gauge", "Number of requests processing", eng.busy_slots),
+        ("requests_deferred", "gauge", "Number of requests deferred", eng.queue_depth),
+        (
+            "n_busy_slots_per_decode",
+            "gauge",
+            "Average number of busy slots per llama_decode() call",
+            per_decode,
+        ),
+    ]
 
 
 def _cache_rows(eng: Engine | DecisionEngine) -> list[tuple[str, str, str, float]]:
