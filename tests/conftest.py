@@ -25,6 +25,8 @@ import pytest
 
 # Fixtures of this file that load a model: their users are `slow`.
 MODEL_FIXTURES = frozenset({"server", "thinking_server"})
+# environment variables that set settings: llamactl's and llama-server's
+SETTINGS_ENV_PREFIXES = ("LLAMACTL_", "LLAMA_ARG_", "LLAMA_API_KEY")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -112,7 +114,8 @@ class IsolatedDirs:
 def isolated_dirs(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> IsolatedDirs:
-    """Point the XDG homes at fresh temp dirs and clear every LLAMACTL_* variable.
+    """Point the XDG homes at fresh temp dirs and clear every variable that sets a setting
+    (LLAMACTL_*, and llama-server's LLAMA_ARG_*).
 
     Clearing (rather than pointing LLAMACTL_CONFIG / LLAMACTL_MODELS_DIR somewhere) means the
     defaults under the temp XDG homes are what tests see; a test that needs a variable sets
@@ -131,7 +134,7 @@ def isolated_dirs(
     monkeypatch.setenv("XDG_CACHE_HOME", str(dirs.cache_home))
     monkeypatch.setenv("XDG_STATE_HOME", str(dirs.state_home))
     for name in list(os.environ):
-        if name.startswith("LLAMACTL_"):
+        if name.startswith(SETTINGS_ENV_PREFIXES):
             monkeypatch.delenv(name)
     return dirs
 

@@ -51,7 +51,8 @@ THINK_TEMPLATE = DATA / "think-chatml.jinja"
 def hermetic_settings(overrides: dict[str, Any]):
     """Settings from `overrides` and defaults only: no user config file, no LLAMACTL_* vars
     (session-scoped servers start before the per-test isolation fixture runs)."""
-    saved = {k: v for k, v in os.environ.items() if k.startswith("LLAMACTL_")}
+    prefixes = ("LLAMACTL_", "LLAMA_ARG_", "LLAMA_API_KEY")  # llamactl's and llama-server's
+    saved = {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
     for k in saved:
         del os.environ[k]
     try:

@@ -289,6 +289,23 @@ def test_two_env_spellings_conflict(monkeypatch) -> None:
         load_settings({})
 
 
+def test_llama_servers_variables_carry_over(monkeypatch) -> None:
+    """A deployment's LLAMA_ARG_* environment sets the same settings; LLAMACTL_* wins."""
+    monkeypatch.setenv("LLAMA_ARG_CTX_SIZE", "2048")
+    monkeypatch.setenv("LLAMA_ARG_N_PARALLEL", "3")
+    monkeypatch.setenv("LLAMA_ARG_ENDPOINT_METRICS", "1")
+    monkeypatch.setenv("LLAMA_API_KEY", "secret")
+    monkeypatch.setenv("LLAMA_ARG_PORT", "9000")
+    monkeypatch.setenv("LLAMACTL_PORT", "9100")
+    s = load_settings({})
+    assert (s.n_ctx, s.parallel, s.metrics, s.api_key) == (2048, 3, True, ["secret"])
+    assert s.port == 9100 and s.sources["port"] == Source("env", "LLAMACTL_PORT")
+    assert s.sources["n_ctx"] == Source("env", "LLAMA_ARG_CTX_SIZE")
+    monkeypatch.setenv("LLAMA_ARG_TEMPERATURE", "hot")
+    with pytest.raises(ConfigError, match="environment variable LLAMA_ARG_TEMPERATURE"):
+        load_settings({})
+
+
 def test_unrelated_llamactl_variables_are_ignored(monkeypatch) -> None:
     monkeypatch.setenv("LLAMACTL_SOMETHING_ELSE", "x")
     assert load_settings({}).port == 8080

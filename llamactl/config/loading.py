@@ -47,6 +47,55 @@ ENV_PREFIX = "LLAMACTL_"
 SECRET_SETTINGS = frozenset({"api_key"})
 # Other spellings accepted for a setting, in the file and as env var names.
 KEY_ALIASES = {"ctx_size": "n_ctx"}
+# llama-server's environment variables (common/arg.cpp), read when the setting's LLAMACTL_*
+# variable is unset, so a deployment's environment carries over.
+LLAMA_SERVER_ENV = {
+    "model": "LLAMA_ARG_MODEL",
+    "n_ctx": "LLAMA_ARG_CTX_SIZE",
+    "parallel": "LLAMA_ARG_N_PARALLEL",
+    "threads": "LLAMA_ARG_THREADS",
+    "batch_size": "LLAMA_ARG_BATCH",
+    "ubatch_size": "LLAMA_ARG_UBATCH",
+    "temperature": "LLAMA_ARG_TEMPERATURE",
+    "top_k": "LLAMA_ARG_TOP_K",
+    "top_p": "LLAMA_ARG_TOP_P",
+    "min_p": "LLAMA_ARG_MIN_P",
+    "max_tokens": "LLAMA_ARG_N_PREDICT",
+    "host": "LLAMA_ARG_HOST",
+    "port": "LLAMA_ARG_PORT",
+    "api_key": "LLAMA_API_KEY",
+    "api_key_file": "LLAMA_ARG_API_KEY_FILE",
+    "alias": "LLAMA_ARG_ALIAS",
+    "tags": "LLAMA_ARG_TAGS",
+    "sse_ping_interval": "LLAMA_ARG_SSE_PING_INTERVAL",
+    "metrics": "LLAMA_ARG_ENDPOINT_METRICS",
+    "slots": "LLAMA_ARG_ENDPOINT_SLOTS",
+    "props": "LLAMA_ARG_ENDPOINT_PROPS",
+    "kv_unified": "LLAMA_ARG_KV_UNIFIED",
+    "flash_attn": "LLAMA_ARG_FLASH_ATTN",
+    "cache_type": "LLAMA_ARG_CACHE_TYPE_K",
+    "cache_ram": "LLAMA_ARG_CACHE_RAM",
+    "cache_idle_slots": "LLAMA_ARG_CACHE_IDLE_SLOTS",
+    "ctx_checkpoints": "LLAMA_ARG_CTX_CHECKPOINTS",
+    "spec_type": "LLAMA_ARG_SPEC_TYPE",
+    "model_draft": "LLAMA_ARG_SPEC_DRAFT_MODEL",
+    "spec_draft_n_max": "LLAMA_ARG_SPEC_DRAFT_N_MAX",
+    "spec_draft_n_min": "LLAMA_ARG_SPEC_DRAFT_N_MIN",
+    "spec_draft_p_min": "LLAMA_ARG_SPEC_DRAFT_P_MIN",
+    "chat_template": "LLAMA_ARG_CHAT_TEMPLATE",
+    "chat_template_file": "LLAMA_ARG_CHAT_TEMPLATE_FILE",
+    "jinja": "LLAMA_ARG_JINJA",
+    "cont_batching": "LLAMA_ARG_CONT_BATCHING",
+    "reasoning": "LLAMA_ARG_REASONING",
+    "reasoning_budget": "LLAMA_ARG_THINK_BUDGET",
+    "embedding": "LLAMA_ARG_EMBEDDINGS",
+    "pooling": "LLAMA_ARG_POOLING",
+    "cors_origins": "LLAMA_ARG_CORS_ORIGINS",
+    "models_dir": "LLAMA_ARG_MODELS_DIR",
+    "models_preset": "LLAMA_ARG_MODELS_PRESET",
+    "models_max": "LLAMA_ARG_MODELS_MAX",
+    "models_autoload": "LLAMA_ARG_MODELS_AUTOLOAD",
+}
 
 Layer = dict[str, tuple[Any, Source]]
 
@@ -151,12 +200,16 @@ def env_names(name: str) -> list[str]:
 
 
 def _read_env() -> Layer:
-    """LLAMACTL_<NAME> for every setting except `aliases`; empty variables count as unset."""
+    """LLAMACTL_<NAME> for every setting except `aliases` (else llama-server's LLAMA_ARG_*
+    name, `LLAMA_SERVER_ENV`); empty variables count as unset."""
     values: Layer = {}
     for name in SETTING_NAMES:
         if name == "aliases":
             continue
         present = [var for var in env_names(name) if os.environ.get(var, "") != ""]
+        theirs = LLAMA_SERVER_ENV.get(name)
+        if not present and theirs is not None and os.environ.get(theirs, "") != "":
+            present = [theirs]  # llama-server's name, when llamactl's own is unset
         if not present:
             continue
         if len(present) > 1:
