@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llamactl.config import Engine, Settings, setting_fields
+from llamactl.core.errors import ConfigError
 from llamactl.engine.types import SamplingParams
 
 if TYPE_CHECKING:
@@ -87,7 +88,12 @@ def chat_template(settings: Settings) -> str | None:
     """The template replacing the model's: `chat_template_file`'s text, else `chat_template`
     (`chatml`, llama-server's name for it, or Jinja text); None: keep the model's."""
     if settings.chat_template_file is not None:
-        return Path(settings.chat_template_file).read_text(encoding="utf-8")
+        path = Path(settings.chat_template_file)
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ConfigError(f"chat template file {path}: {reason}") from None
     if settings.chat_template is None:
         return None
     from llamactl.engine.chat import CHATML_TEMPLATE

@@ -119,6 +119,15 @@ def test_missing_api_key_file_is_a_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_missing_chat_template_file_is_a_clear_error(tmp_path: Path) -> None:
+    """At start, as llama-server: not a server that answers 503 for ever."""
+    missing = tmp_path / "no-such-template.jinja"
+    result = run_cli("serve", "--chat-template-file", str(missing), "--port", str(free_port()))
+    assert result.returncode == 1
+    assert f"chat template file {missing}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_bad_flag_values() -> None:
     """A value of the wrong kind is a usage error (2); one out of range is a settings error (1),
     as the same value from an env var or the config file would be."""
