@@ -46,8 +46,10 @@ def _cache_dir() -> Path:
 
 
 def fetch_suite(cache: Path) -> Path:
-    """The suite's folder, extracted from the sdist on first use."""
-    suite = cache / "tests"
+    """The suite's folder, extracted from the sdist on first use with the chat templates it
+    reads (`../../../models/templates`), in the sdist's own layout."""
+    root = cache / "llama.cpp"
+    suite = root / SUITE_PATH.removeprefix("llama.cpp/")
     if (suite / "utils.py").exists():
         return suite
     cache.mkdir(parents=True, exist_ok=True)
@@ -59,14 +61,16 @@ def fetch_suite(cache: Path) -> Path:
             check=True,
         )
         archive = next(Path(tmp).glob("*.tar.gz"))
+        wanted = (f"/{SUITE_PATH}/", "/llama.cpp/models/templates/")
         with tarfile.open(archive) as tar:
-            members = [m for m in tar.getmembers() if f"/{SUITE_PATH}/" in f"/{m.name}"]
+            members = [m for m in tar.getmembers() if any(w in f"/{m.name}" for w in wanted)]
             tar.extractall(tmp, members=members, filter="data")
-        found = next(Path(tmp).rglob("tools/server/tests"))
-        staged = cache / "tests.partial"
+        found = next(Path(tmp).rglob("llama.cpp/tools/server/tests")).parents[2]
+        staged = cache / "llama.cpp.partial"
         shutil.rmtree(staged, ignore_errors=True)
         shutil.copytree(found, staged)
-        staged.rename(suite)
+        shutil.rmtree(root, ignore_errors=True)
+        staged.rename(root)
     return suite
 
 
