@@ -93,9 +93,13 @@ class Timings:
             "cache_n": self.cache_n,
             "prompt_n": self.prompt_n,
             "prompt_ms": self.prompt_ms,
+            "prompt_per_token_ms": self.prompt_ms / self.prompt_n if self.prompt_n else 0.0,
             "prompt_per_second": self.prompt_per_second,
             "predicted_n": self.predicted_n,
             "predicted_ms": self.predicted_ms,
+            "predicted_per_token_ms": (
+                self.predicted_ms / self.predicted_n if self.predicted_n else 0.0
+            ),
             "predicted_per_second": self.predicted_per_second,
         }
         if self.draft_n is not None:

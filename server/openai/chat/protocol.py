@@ -281,9 +281,11 @@ class Timings(BaseModel):
     cache_n: int
     prompt_n: int
     prompt_ms: float
+    prompt_per_token_ms: float
     prompt_per_second: float
     predicted_n: int
     predicted_ms: float
+    predicted_per_token_ms: float
     predicted_per_second: float
     draft_n: int | None = Field(None, description="Tokens drafted (with --spec-type only)")
     draft_n_accepted: int | None = Field(None, description="Drafted tokens kept")
