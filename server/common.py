@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import secrets
 import time
 from typing import Any
@@ -14,6 +15,7 @@ from llamactl import (
     ChatStream,
     Done,
     LlamactlError,
+    Model,
     RenderedChat,
     SamplingParams,
     json_grammar,
@@ -96,7 +98,7 @@ def sampling_params(
     presence_penalty: float | None = None,
     frequency_penalty: float | None = None,
     repeat_penalty: float | None = None,
-    logit_bias: dict[str, float] | None = None,
+    logit_bias: dict[str, float | bool] | list[tuple[int | str, float | bool]] | None = None,
     grammar: str | None = None,
 ) -> SamplingParams:
     """Request values over the server's defaults, validated with messages naming the field."""
@@ -114,19 +116,10 @@ def sampling_params(
         )
     check_int_range("top_k", top_k, 0, INT32_MAX)
     check_int_range("seed", seed, *SEED_RANGE)
-    n_vocab = state.require_text_engine().model.n_vocab
+    model = state.require_text_engine().model
     limits = limits_of(s)
-    limits.check_logit_bias(len(logit_bias or ()), n_vocab)
-    bias: dict[int, float] = {}
-    for key, value in (logit_bias or {}).items():
-        try:
-            token = int(key)
-        except (TypeError, ValueError):
-            raise bad_request(f"Field 'logit_bias': key '{key}' is not a token id") from None
-        if not 0 <= token < n_vocab:
-            raise bad_request(f"Field 'logit_bias': token id {token} is out of the vocabulary")
-        check_float_range(f"logit_bias.{key}", value, -100.0, 100.0)
-        bias[token] = float(value)
+    limits.check_logit_bias(len(logit_bias or ()), model.n_vocab)
+    bias = logit_biases(model, logit_bias)
     defaults = sampling_defaults(s)
     return SamplingParams(
         temperature=defaults.temperature if temperature is None else temperature,
@@ -140,6 +133,38 @@ def sampling_params(
         logit_bias=bias,
         grammar=grammar,
     )
+
+
+def logit_biases(
+    model: Model, given: dict[str, float | bool] | list[tuple[int | str, float | bool]] | None
+) -> dict[int, float]:
+    """Token → bias from OpenAI's form (token ids as keys) and llama-server's (a text key
+    biases every token of the text; `[[key, bias], ...]`; `false` bans the token)."""
+    pairs = list(given.items()) if isinstance(given, dict) else list(given or [])
+    bias: dict[int, float] = {}
+    for key, value in pairs:
+        if isinstance(value, bool):
+            if value:
+                raise bad_request(f"Field 'logit_bias.{key}': true is not a bias; false bans")
+            amount = -math.inf
+        else:
+            check_float_range(f"logit_bias.{key}", value, -100.0, 100.0)
+            amount = float(value)
+        for token in _bias_tokens(model, key):
+            bias[token] = amount
+    return bias
+
+
+def _bias_tokens(model: Model, key: int | str) -> list[int]:
+    if isinstance(key, str) and not key.strip().lstrip("-").isdigit():
+        tokens = model.tokenize(key, add_special=False, parse_special=False)
+        if not tokens:
+            raise bad_request(f"Field 'logit_bias': the text '{key}' has no tokens")
+        return tokens
+    token = int(key)
+    if not 0 <= token < model.n_vocab:
+        raise bad_request(f"Field 'logit_bias': token id {token} is out of the vocabulary")
+    return [token]
 
 
 def response_format_grammar(

@@ -141,3 +141,38 @@ def test_concurrent_completions_equal_their_solo_runs(server) -> None:
     with ThreadPoolExecutor(4) as pool:
         together = list(pool.map(lambda p: native(server, {"prompt": p, "n_predict": 16}), prompts))
     assert [r.json()["content"] for r in together] == alone
+
+
+WORDS = ["the", "The", "a", "is", "and", "of", "to", "in", "book", "Book", "I", "it"]
+
+
+@pytest.mark.parametrize("form", ["ids-list", "ids-object", "texts-list", "texts-object", "ban"])
+def test_logit_bias_in_llama_servers_forms(server, form) -> None:
+    """Token ids or texts (a text biases each of its tokens), as a list of pairs or an object,
+    and `false` for a ban: the biased words never appear."""
+    model = server.state.engine.model
+    texts = [f" {w} " for w in WORDS]
+    ids = sorted({t for text in texts for t in model.tokenize(text, add_special=False)})
+    bias: object = {
+        "ids-list": [[t, -100] for t in ids],
+        "ids-object": {str(t): -100 for t in ids},
+        "texts-list": [[text, -100] for text in texts],
+        "texts-object": dict.fromkeys(texts, -100),
+        "ban": [[t, False] for t in ids],
+    }[form]
+    body = {"prompt": "What is the best book", "n_predict": 32, "logit_bias": bias}
+    r = native(server, body)
+    assert r.status_code == 200, r.text
+    content = r.json()["content"]
+    plain = native(server, {"prompt": "What is the best book", "n_predict": 32}).json()["content"]
+    assert content != plain
+    assert all(text not in content for text in texts)
+
+
+@pytest.mark.parametrize(
+    ("bias", "needle"),
+    [({"5": 300}, "'logit_bias.5'"), ([[10**9, 1]], "vocabulary"), ([["x", True]], "bans")],
+)
+def test_bad_logit_bias_is_a_400(server, bias, needle) -> None:
+    r = native(server, {"prompt": PROMPT, "n_predict": 1, "logit_bias": bias})
+    assert r.status_code == 400 and needle in r.json()["error"]["message"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 # ---------------------------------------------------------------------------- request parts
 
@@ -98,6 +98,10 @@ ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 ContinueFinal = bool | Literal["content", "reasoning_content"]
 
 
+# OpenAI's {"token id": bias}, and llama-server's text keys, [[key, bias], ...] and `false`
+LogitBias = dict[str, float | bool] | list[tuple[StrictInt | str, float | bool]]
+
+
 class SamplingFields(BaseModel):
     """Sampling fields shared by chat and text completions."""
 
@@ -120,8 +124,11 @@ class SamplingFields(BaseModel):
     repeat_penalty: float | None = Field(None, description="llama-server extension; 1 is off")
     presence_penalty: float | None = Field(None, description="-2..2")
     frequency_penalty: float | None = Field(None, description="-2..2")
-    logit_bias: dict[str, float] | None = Field(
-        None, description="Token id (as a string) to a bias in -100..100"
+    logit_bias: LogitBias | None = Field(
+        None,
+        description="Token id (as a string) to a bias in -100..100; or llama-server's forms: a"
+        " text key (every token of the text), a list of [token id or text, bias], and `false`"
+        " for a bias that bans the token",
     )
     seed: int | None = Field(
         None, description="Sampling seed; -1 is random. Choice k of n uses seed + k"
