@@ -107,11 +107,15 @@ class Embedder:
                 f"the physical batch holds {self.n_ubatch}: raise --ubatch-size"
             )
 
-    def submit(self, inputs: Sequence[Sequence[int]]) -> Future[list[np.ndarray]]:
+    def submit(
+        self, inputs: Sequence[Sequence[int]], fields: Sequence[str] | None = None
+    ) -> Future[list[np.ndarray]]:
         """Each input's embedding: one vector when pooled (a rank model's scores), else one
-        vector per token (a 2-D array). Unnormalized; see `normalize`."""
-        for i, tokens in enumerate(inputs):
-            self.check(tokens, f"input.{i}")
+        vector per token (a 2-D array). Unnormalized; see `normalize`. `fields` name the
+        inputs in errors (default `input.i`)."""
+        names = fields or [f"input.{i}" for i in range(len(inputs))]
+        for tokens, name in zip(inputs, names, strict=True):
+            self.check(tokens, name)
         return self._worker.submit(lambda: [self._embed(list(t)) for t in inputs])
 
     def _embed(self, tokens: list[int]) -> np.ndarray:

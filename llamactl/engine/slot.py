@@ -32,13 +32,14 @@ class Slot:
         self.saveable = False  # the KV is a finished completion's, not yet offered to the cache
         self.last_used = 0.0
         self.last_job: SlotJob | None = None
+        self.request: GenerationRequest | None = None
         self._reset_job()
 
     def _reset_job(self) -> None:
-        if getattr(self, "request", None) is not None:
+        if self.request is not None:
             self.last_job = self._job(finished=True)
         self.stream: GenerationStream | None = None
-        self.request: GenerationRequest | None = None
+        self.request = None
         self.index = 0
         self.children: list[Slot] = []
         self.prompt_pos = 0  # next prompt token to decode

@@ -22,6 +22,7 @@ from ...common import (
 from ...errors import bad_request
 from ...limits import limits_of
 from ...state import ServerState
+from ...version import server_version
 from .protocol import SamplingFields
 
 MAX_TOP_LOGPROBS = 20
@@ -103,12 +104,7 @@ def check_model_name(state: ServerState, model: str | None) -> str:
 
 
 def fingerprint() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return f"llamactl-{version('llamactl')}"
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "llamactl-dev"
+    return f"llamactl-{server_version()}"
 
 
 # ---------------------------------------------------------------------------- results

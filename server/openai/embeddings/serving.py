@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from llamactl import LlamactlError, normalize
+from llamactl import normalize
 
 from ...common import check_model
-from ...errors import bad_request, from_engine_error
+from ...errors import bad_request
 from ...llamacpp.tokens.serving import prompts_of
 from ...prepare import off_loop
 from ...state import ServerState
@@ -21,8 +21,9 @@ from .protocol import EmbeddingsRequest
 __all__ = ["embed", "native_shape", "openai_shape"]
 
 
-def _inputs(state: ServerState, body: EmbeddingsRequest) -> tuple[list[list[int]], str]:
-    """(token lists, the field they came from): `input`, else llama-server's `content`."""
+def _inputs(state: ServerState, body: EmbeddingsRequest) -> tuple[list[list[int]], list[str], str]:
+    """(token lists, each one's field name, the field they came from): `input`, else
+    llama-server's `content`."""
     field = "input" if body.input is not None else "content"
     raw = body.input if body.input is not None else body.content
     if raw is None:
@@ -30,21 +31,17 @@ def _inputs(state: ServerState, body: EmbeddingsRequest) -> tuple[list[list[int]
     if body.dimensions is not None:
         raise bad_request("Field 'dimensions': not supported; the model's own size is used")
     engine = state.require_text_engine()
-    inputs, _ = prompts_of(engine, raw, field)
-    return inputs, field
+    inputs, listed = prompts_of(engine, raw, field)
+    names = [f"{field}.{i}" if listed else field for i in range(len(inputs))]
+    return inputs, names, field
 
 
 async def embed(state: ServerState, body: EmbeddingsRequest) -> tuple[list[np.ndarray], int, str]:
     """(vectors — one per input, or per token without pooling —, tokens read, the field)."""
     check_model(state, body.model)
     embedder = state.require_embeddings()
-    inputs, field = await off_loop(_inputs, state, body)  # tokenizing takes a while
-    for i, tokens in enumerate(inputs):
-        try:
-            embedder.check(tokens, f"{field}.{i}" if len(inputs) > 1 else field)
-        except LlamactlError as exc:
-            raise from_engine_error(exc) from exc
-    vectors = await asyncio.wrap_future(embedder.submit(inputs))
+    inputs, names, field = await off_loop(_inputs, state, body)  # tokenizing takes a while
+    vectors = await asyncio.wrap_future(embedder.submit(inputs, names))
     kind = state.settings.embd_normalize if body.embd_normalize is None else body.embd_normalize
     if embedder.pooled:
         vectors = [normalize(v, kind) for v in vectors]
