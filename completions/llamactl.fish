@@ -135,6 +135,8 @@ complete -c llamactl -n '__fish_seen_subcommand_from serve' -l chat-template-fil
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l chat-template -x -d 'A template replacing the model\'s: `chatml`, or Jinja text (llama-server\'s --chat-template); --chat-template-file wins'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l reasoning -x -d 'Whether chats reason when a request does not say: on, off, or auto (the template\'s default) [auto]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l reasoning-budget -x -d 'Reasoning tokens a chat may use when a request does not say; -1: no limit [-1]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l reasoning-format -x -d 'Where a chat\'s reasoning goes when a request does not say: auto or deepseek (reasoning_content), none (left in content, tags and all), deepseek-legacy (both) [auto]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l chat-template-kwargs -x -d 'A JSON object of chat-template variables for every request (a request\'s own chat_template_kwargs win), e.g'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l models-preset -r -F -d 'Router mode: TOML file of named models with their own settings'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l models-max -x -d 'Models loaded at once; the least recently used is unloaded; 0: no limit [4]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l models-autoload -l no-models-autoload -d 'Load a model on its first request; ?autoload= overrides per request [on]'

@@ -10,6 +10,7 @@ cannot size or configure an engine differently.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "chat_template",
+    "chat_template_kwargs",
     "decision_config",
     "engine_config",
     "engine_values",
@@ -99,6 +101,21 @@ def chat_template(settings: Settings) -> str | None:
     from llamactl.engine.chat import CHATML_TEMPLATE
 
     return CHATML_TEMPLATE if settings.chat_template == "chatml" else settings.chat_template
+
+
+def chat_template_kwargs(settings: Settings) -> dict[str, Any]:
+    """`--chat-template-kwargs` as the variables it gives every chat (llama-server's flag:
+    a JSON object); ConfigError when it is not one."""
+    text = settings.chat_template_kwargs
+    if text is None or not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"chat_template_kwargs is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ConfigError("chat_template_kwargs must be a JSON object, e.g. '{\"key\": 1}'")
+    return value
 
 
 def open_engine(settings: Settings, model_path: Path) -> ChatEngine:

@@ -210,13 +210,18 @@ def check_chat_limits(
 
 def with_server_defaults(state: ServerState, request: ChatRequest) -> ChatRequest:
     """What the request leaves open, from the server's flags (`--reasoning`,
-    `--reasoning-budget`): one place, so every API family reasons alike."""
+    `--reasoning-budget`, `--reasoning-format`, `--chat-template-kwargs`): one place, so every
+    API family reasons alike."""
     s = state.settings
     changes: dict[str, Any] = {}
     if request.enable_thinking is None and s.reasoning != "auto":
         changes["enable_thinking"] = s.reasoning == "on"
     if request.reasoning_budget is None and s.reasoning_budget >= 0:
         changes["reasoning_budget"] = s.reasoning_budget
+    if request.reasoning_format is None:
+        changes["reasoning_format"] = s.reasoning_format
+    if state.template_kwargs:
+        changes["template_kwargs"] = {**state.template_kwargs, **request.template_kwargs}
     return dataclasses.replace(request, **changes) if changes else request
 
 

@@ -30,6 +30,7 @@ from llamactl import (
     Synthesizer,
 )
 from llamactl.config import Settings
+from llamactl.engine_settings import chat_template_kwargs
 
 from .loader import (
     Loaded,
@@ -82,6 +83,7 @@ class ServerState:
         self.aliases = sorted({a.strip() for a in (settings.alias or "").split(",") if a.strip()})
         self.model_id = self.aliases[0] if self.aliases else model_path.stem
         self.api_keys: list[str] = settings.resolved_api_keys()
+        self.template_kwargs = chat_template_kwargs(settings)  # --chat-template-kwargs
         self.metrics = Metrics()
         self.engine: Engine | None = None
         self.chat: ChatModel | None = None

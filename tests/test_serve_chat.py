@@ -798,6 +798,78 @@ def test_server_wide_reasoning_flags(thinking_server, family):
         state.settings = saved
 
 
+def test_server_wide_reasoning_format(thinking_server):
+    """`--reasoning-format`: auto splits the reasoning out; none leaves the raw output (markers
+    and all) in content; deepseek-legacy does both; a request's `reasoning_format` wins;
+    streamed deltas add up to the same message."""
+    import dataclasses
+
+    state = thinking_server.state
+    saved = state.settings
+    body = {
+        "messages": HI,
+        "max_tokens": 24,
+        "temperature": 0,
+        "reasoning_budget": 6,  # the reasoning ends and an answer follows
+        "logit_bias": eog_bias(thinking_server),
+    }
+
+    def message(extra: dict | None = None) -> dict:
+        return post(thinking_server, {**body, **(extra or {})}).json()["choices"][0]["message"]
+
+    def streamed(extra: dict | None = None) -> tuple[str, str]:
+        events, _ = sse_events(thinking_server, {**body, **(extra or {}), "stream": True})
+        deltas = [e["choices"][0]["delta"] for e in events if e != "[DONE]" and e["choices"]]
+        return (
+            "".join(d.get("reasoning_content") or "" for d in deltas),
+            "".join(d.get("content") or "" for d in deltas),
+        )
+
+    try:
+        split = message()
+        reasoning, answer = split["reasoning_content"], split["content"]
+        assert reasoning and answer and "</think>" not in answer
+        state.settings = dataclasses.replace(saved, reasoning_format="none")
+        raw = message()
+        assert "reasoning_content" not in raw
+        assert raw["content"].lstrip().startswith(reasoning) and "</think>" in raw["content"]
+        assert raw["content"].rstrip().endswith(answer)
+        assert message({"reasoning_format": "deepseek"}) == split  # the request wins
+        state.settings = dataclasses.replace(saved, reasoning_format="deepseek-legacy")
+        legacy = message()
+        assert legacy["reasoning_content"] == reasoning
+        assert legacy["content"] == "<think>" + raw["content"]  # the prompt opened the block
+        assert streamed() == (legacy["reasoning_content"], legacy["content"])
+        assert streamed({"reasoning_format": "none"}) == ("", raw["content"])
+    finally:
+        state.settings = saved
+
+
+def test_server_wide_chat_template_kwargs(thinking_server):
+    """`--chat-template-kwargs` gives every chat its variables; a request's own win."""
+    state = thinking_server.state
+    body = {"messages": HI, "max_tokens": 8, "temperature": 0}
+    try:
+        state.template_kwargs = {"enable_thinking": False}
+        off = post(thinking_server, body).json()["choices"][0]["message"]
+        assert "reasoning_content" not in off and off["content"]
+        on = {**body, "chat_template_kwargs": {"enable_thinking": True}}
+        assert post(thinking_server, on).json()["choices"][0]["message"]["reasoning_content"]
+    finally:
+        state.template_kwargs = {}
+
+
+def test_chat_template_kwargs_flag_must_be_a_json_object():
+    from llamactl.config import load_settings
+    from llamactl.core.errors import ConfigError
+    from llamactl.engine_settings import chat_template_kwargs
+
+    assert chat_template_kwargs(load_settings({"chat_template_kwargs": '{"a": 1}'})) == {"a": 1}
+    for bad in ("[1]", "{nope"):
+        with pytest.raises(ConfigError, match="chat_template_kwargs"):
+            chat_template_kwargs(load_settings({"chat_template_kwargs": bad}))
+
+
 def test_chat_template_chatml_by_name():
     from llamactl.config import load_settings
     from llamactl.engine.chat import CHATML_TEMPLATE

@@ -13,7 +13,7 @@ from llamactl.cli._output import stderr_console
 from llamactl.cli._settings_options import settings_options
 from llamactl.config import load_settings
 from llamactl.config.fields import ROUTER_PANEL, SERVE, SERVER_PANEL
-from llamactl.engine_settings import chat_template
+from llamactl.engine_settings import chat_template, chat_template_kwargs
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -94,6 +94,7 @@ def serve_command(
     resolved = resolve_model(settings)
     settings.resolved_api_keys()  # a missing key file is an error now, not at the first request
     chat_template(settings)  # so is a missing template file (llama-server exits on both)
+    chat_template_kwargs(settings)  # and kwargs that are not a JSON object
     app = create_app(settings, model_path=resolved.path, mmproj=mmproj)
     console = stderr_console()
     console.print(

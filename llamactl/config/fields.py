@@ -23,6 +23,7 @@ from pydantic.fields import FieldInfo
 from llamactl import paths
 from llamactl.core.errors import ConfigError
 from llamactl.engine.limits import DEFAULT_SLOT_CTX, MAX_DRAFT, physical_cores
+from llamactl.engine.types import ReasoningFormat
 
 __all__ = [
     "CHAT",
@@ -443,6 +444,23 @@ class Settings:
         ),
         Flag(_COMPAT, commands=frozenset({SERVE})),
     ] = -1
+    reasoning_format: Annotated[
+        ReasoningFormat,
+        Field(
+            description="Where a chat's reasoning goes when a request does not say: auto or"
+            " deepseek (reasoning_content), none (left in content, tags and all),"
+            " deepseek-legacy (both)."
+        ),
+        Flag(_COMPAT, commands=frozenset({SERVE})),
+    ] = "auto"
+    chat_template_kwargs: Annotated[
+        str | None,
+        Field(
+            description="A JSON object of chat-template variables for every request (a"
+            " request's own chat_template_kwargs win), e.g. '{\"enable_thinking\": false}'."
+        ),
+        Flag(_COMPAT, commands=frozenset({SERVE}), metavar="JSON"),
+    ] = None
     # Router mode (`serve --models-dir/--models-preset`): many models, each in a child process
     models_preset: Annotated[
         Path | None,

@@ -88,6 +88,8 @@ LLAMA_SERVER_ENV = {
     "cont_batching": "LLAMA_ARG_CONT_BATCHING",
     "reasoning": "LLAMA_ARG_REASONING",
     "reasoning_budget": "LLAMA_ARG_THINK_BUDGET",
+    "reasoning_format": "LLAMA_ARG_THINK",
+    "chat_template_kwargs": "LLAMA_ARG_CHAT_TEMPLATE_KWARGS",
     "embedding": "LLAMA_ARG_EMBEDDINGS",
     "pooling": "LLAMA_ARG_POOLING",
     "cors_origins": "LLAMA_ARG_CORS_ORIGINS",

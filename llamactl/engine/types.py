@@ -9,6 +9,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
+# Where a chat's reasoning goes (llama-server's --reasoning-format): "auto" and "deepseek" split
+# it out of the answer; "none" leaves the raw output, markers and all, in content;
+# "deepseek-legacy" does both (raw content, and the reasoning split out besides).
+ReasoningFormat = Literal["auto", "none", "deepseek", "deepseek-legacy"]
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from ..types import (
     ContentDelta,
     Done,
     ReasoningDelta,
+    ReasoningFormat,
     SamplingParams,
     TextDelta,
     ToolCallDelta,
@@ -30,6 +31,7 @@ from . import (
     OutputPipeline,
     PlainTextParser,
     ReasoningParser,
+    TextStage,
     ThinkingMarkers,
     ToolCall,
     ToolCallFormat,
@@ -37,6 +39,7 @@ from . import (
     tool_call_format,
     tool_call_grammar,
 )
+from .reasoning import RawAndReasoning
 from .spans import message_delimiters, tokenize_delimiters, user_starts
 
 
@@ -57,6 +60,7 @@ class ChatRequest:
     logprobs: int | None = None
     enable_thinking: bool | None = None
     reasoning_budget: int | None = None  # reasoning tokens before the end marker is forced
+    reasoning_format: ReasoningFormat | None = None  # None: "auto"
     cache_prompt: bool = True
     ignore_eos: bool = False
 
@@ -205,18 +209,21 @@ class ChatStream:
         self.raw = stream
         self.rendered = rendered
         markers = chat.markers
-        self._parsers: list[ReasoningParser | PlainTextParser | OutputPipeline] = []
+        self._parsers: list[TextStage] = []
+        fmt = req.reasoning_format or "auto"
         for i in range(req.n):
-            first: ReasoningParser | PlainTextParser = (
-                ReasoningParser.from_markers(
+            first: TextStage
+            if markers is None or fmt == "none":
+                first = PlainTextParser(i)
+            else:
+                first = ReasoningParser.from_markers(
                     markers,
                     starts_in_reasoning=rendered.opens_reasoning,
                     index=i,
                     continues_text=bool(rendered.prefill),
                 )
-                if markers is not None
-                else PlainTextParser(i)
-            )
+                if fmt == "deepseek-legacy":
+                    first = RawAndReasoning(first, opened=rendered.opens_reasoning)
             if chat.calls_tools(req):
                 tools = ToolCallParser(chat.tool_format, index=i, tools=req.tools)
                 self._parsers.append(OutputPipeline(first, tools))

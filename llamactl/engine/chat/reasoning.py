@@ -204,6 +204,34 @@ class ReasoningParser:
         return False
 
 
+class RawAndReasoning:
+    """`deepseek-legacy`: content is the raw output (the markers kept, as old clients parse
+    them); the reasoning is also split out, by a `ReasoningParser` fed the same text."""
+
+    def __init__(self, parser: ReasoningParser, *, opened: bool) -> None:
+        self.parser = parser
+        self.index = parser.index
+        # A prompt that opened the block already printed its start marker: show it in content.
+        self._prefix = parser.start_marker if opened else ""
+
+    @property
+    def in_reasoning(self) -> bool:
+        return self.parser.in_reasoning
+
+    def feed(self, text: str) -> list[ChatDelta]:
+        return self._with_raw(self.parser.feed(text), text)
+
+    def finish(self) -> list[ChatDelta]:
+        return self._with_raw(self.parser.finish(), "")
+
+    def _with_raw(self, deltas: list[ChatDelta], text: str) -> list[ChatDelta]:
+        out: list[ChatDelta] = [d for d in deltas if isinstance(d, ReasoningDelta)]
+        if text:
+            out.append(ContentDelta(self._prefix + text, self.index))
+            self._prefix = ""
+        return out
+
+
 def split_reasoning(
     text: str,
     markers: ThinkingMarkers = THINK,

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from llamactl import ReasoningFormat
+
 # ---------------------------------------------------------------------------- request parts
 
 
@@ -185,6 +187,11 @@ class ChatCompletionRequest(SamplingFields):
         None, description="Reasoning tokens allowed before the end of thinking is forced; -1 off"
     )
     reasoning_budget: int | None = Field(None, description="Alias of thinking_budget_tokens")
+    reasoning_format: ReasoningFormat | None = Field(
+        None,
+        description="Where reasoning goes: auto/deepseek (reasoning_content), none (left in "
+        "content), deepseek-legacy (both) [the server's --reasoning-format]",
+    )
     reasoning_control: bool = Field(
         False, description="Allow POST /v1/chat/completions/control to end this reasoning"
     )

@@ -169,6 +169,7 @@ def chat_request(
         logprobs=logprobs,
         enable_thinking=_thinking(body),
         reasoning_budget=_budget(body),
+        reasoning_format=body.reasoning_format,
         cache_prompt=body.cache_prompt,
         ignore_eos=body.ignore_eos,
     )
