@@ -18,7 +18,9 @@ from .edge.body import BodyLimitMiddleware, MiB
 from .edge.cors import CorsMiddleware
 from .edge.hosts import HostCheckMiddleware, HostPolicy
 from .edge.origins import OriginPolicy
+from .edge.prefix import ApiPrefixMiddleware, normalize_prefix
 from .edge.request_id import RequestIdMiddleware
+from .edge.write_timeout import WriteTimeoutMiddleware
 
 __all__ = [
     "ASGIApp",
@@ -116,9 +118,10 @@ def _upload_max_bytes(settings: Any) -> int:
 
 def install_middleware(app: Any, state: AppState) -> None:
     """The same outer layers for the single-model server and the router, from `state.settings`.
-    Outermost first: request id (so every refusal carries it), Host check, Origin check and
-    CORS headers (refusals below carry them, so a page can read why), the gate (loading, API
-    keys), then the body bounds (so an unauthenticated client's body is never read)."""
+    Outermost first: request id (so every refusal carries it), the API prefix, Host check,
+    Origin check and CORS headers (refusals below carry them, so a page can read why), the
+    write timeout, the gate (loading, API keys), then the body bounds (so an unauthenticated
+    client's body is never read)."""
     settings = state.settings
     # add_middleware wraps: the last one added is the outermost.
     app.add_middleware(
@@ -128,7 +131,11 @@ def install_middleware(app: Any, state: AppState) -> None:
         timeout=settings.body_timeout,
     )
     app.add_middleware(GateMiddleware, state=state)
+    app.add_middleware(WriteTimeoutMiddleware, timeout=settings.timeout)
     app.add_middleware(CorsMiddleware, policy=OriginPolicy(settings.cors_origins))
     hosts = HostPolicy(settings.host, settings.allowed_hosts)
     app.add_middleware(HostCheckMiddleware, policy=hosts)
+    prefix = normalize_prefix(settings.api_prefix)
+    if prefix:
+        app.add_middleware(ApiPrefixMiddleware, prefix=prefix)
     app.add_middleware(RequestIdMiddleware)

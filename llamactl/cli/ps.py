@@ -131,13 +131,23 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _first_tcp_address(host: str) -> str:
+    """Where a local client reaches a server told to listen on `host` (llama-server's list)."""
+    from llamactl.server.edge.listen import is_unix_socket_path, listen_addresses
+
+    for address in listen_addresses(host):
+        if not is_unix_socket_path(address):
+            return address if address not in ("0.0.0.0", "::") else "127.0.0.1"
+    return "127.0.0.1"
+
+
 def _target(url: str | None, api_key: str | None) -> tuple[str, dict[str, str]]:
     """The server's base URL and auth header: from the flags, else from the settings."""
     from llamactl.config import load_settings
 
     settings = load_settings({})
     if url is None:
-        host = settings.host if settings.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        host = _first_tcp_address(settings.host)
         host = f"[{host}]" if ":" in host else host
         url = f"http://{host}:{settings.port}"
     if api_key is None:

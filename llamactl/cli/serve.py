@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
@@ -13,6 +14,7 @@ from llamactl.cli._output import stderr_console
 from llamactl.cli._settings_options import settings_options
 from llamactl.config import load_settings
 from llamactl.config.fields import ROUTER_PANEL, SERVE, SERVER_PANEL
+from llamactl.core.errors import ConfigError
 from llamactl.engine_settings import chat_template, chat_template_kwargs
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -61,6 +63,23 @@ def serve_command(
             rich_help_panel=SERVER_PANEL,
         ),
     ] = False,
+    log_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--log-file",
+            help="Append the log to this file too (llama-server's --log-file).",
+            dir_okay=False,
+            rich_help_panel=SERVER_PANEL,
+        ),
+    ] = None,
+    log_format: Annotated[
+        str,
+        typer.Option(
+            "--log-format",
+            help="text, or json: one JSON object per line (llama-server's --log-jsonl).",
+            rich_help_panel=SERVER_PANEL,
+        ),
+    ] = "text",
     mmproj: Annotated[
         Path | None,
         typer.Option(
@@ -81,9 +100,14 @@ def serve_command(
             f"expected one of {', '.join(LOG_LEVELS)}", param_hint="--log-level"
         )
     log_level = "debug" if verbose else log_level.lower()
+    if log_format.lower() not in ("text", "json"):
+        raise typer.BadParameter("expected text or json", param_hint="--log-format")
+    logs = LogOptions(log_level, log_file, json_lines=log_format.lower() == "json")
+    if log_file is not None:
+        _check_writable(log_file)
     settings = load_settings({**overrides, "models_dir": models_dir})
     if models_dir is not None or settings.models_preset is not None:
-        _serve_router(settings, models_dir is not None, log_level)
+        _serve_router(settings, models_dir is not None, logs)
         return
     from llamactl import InvalidRequestError, parse_spec_types
 
@@ -99,13 +123,36 @@ def serve_command(
     console = stderr_console()
     console.print(
         f"[bold]llamactl serve[/]: {resolved.name} on "
-        f"[cyan]http://{settings.host}:{settings.port}/v1[/] "
+        f"[cyan]{_urls(settings)}[/] "
         f"({settings.parallel} slots{', API keys required' if app.state.llamactl.api_keys else ''})"
     )
-    _run(app, settings, log_level)
+    _run(app, settings, logs)
 
 
-def _serve_router(settings, scan_dir: bool, log_level: str) -> None:
+@dataclass(frozen=True)
+class LogOptions:
+    level: str
+    file: Path | None = None
+    json_lines: bool = False
+
+
+def _check_writable(path: Path) -> None:
+    """A log file that cannot be opened is an error now, not a traceback when logging starts."""
+    try:
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"log file {path}: {exc.strerror or exc}") from None
+
+
+def _urls(settings) -> str:
+    from llamactl.server.edge.listen import display_urls
+
+    urls = display_urls(settings.host, settings.port)
+    return ", ".join(url if url.startswith("unix:") else url + "/v1" for url in urls)
+
+
+def _serve_router(settings, scan_dir: bool, logs: LogOptions) -> None:
     """Router mode: no model of its own; a child `llamactl serve` per model, on demand."""
     from llamactl.server.router import create_router_app
 
@@ -113,14 +160,14 @@ def _serve_router(settings, scan_dir: bool, log_level: str) -> None:
     state = app.state.llamactl
     stderr_console().print(
         f"[bold]llamactl serve[/] (router): {len(state.manager.catalog)} models on "
-        f"[cyan]http://{settings.host}:{settings.port}/v1[/] "
+        f"[cyan]{_urls(settings)}[/] "
         f"(at most {settings.models_max or 'any number'} loaded"
         f"{', API keys required' if state.api_keys else ''})"
     )
-    _run(app, settings, log_level)
+    _run(app, settings, logs)
 
 
-def _run(app, settings, log_level: str) -> None:
+def _run(app, settings, logs: LogOptions) -> None:
     """`uvicorn.run`, with a graceful stop: the first SIGTERM/SIGINT stops taking requests and
     ends the queued ones, running generations get `--shutdown-grace` seconds to finish, then
     the rest end with a final error event (never a cut connection or a CancelledError
@@ -131,6 +178,7 @@ def _run(app, settings, log_level: str) -> None:
 
     import uvicorn
 
+    from llamactl.server.edge.listen import bind_sockets, needs_own_sockets, remove_socket_files
     from llamactl.server.edge.uvicorn_options import uvicorn_options
     from llamactl.server.request_log import uvicorn_log_config
 
@@ -165,15 +213,23 @@ def _run(app, settings, log_level: str) -> None:
 
     options = uvicorn_options(
         settings,
-        log_config=uvicorn_log_config(log_level),
-        log_level=log_level,
+        log_config=uvicorn_log_config(logs.level, log_file=logs.file, json_lines=logs.json_lines),
+        log_level=logs.level,
         # connections are waited for while generations drain, then a little more
         timeout_graceful_shutdown=settings.shutdown_grace + 5,
+    )
+    # Several addresses or a UNIX socket (`--host 127.0.0.1,::1`, `--host x.sock`): bound here
+    sockets = (
+        bind_sockets(settings.host, settings.port) if needs_own_sockets(settings.host) else None
     )
     config = uvicorn.Config(app, **options)
     server = Server(config)
     _exit_quietly_after_signals()
-    server.run()  # a port in use or a failed startup exits with uvicorn's code 3
+    try:
+        server.run(sockets=sockets)  # a port in use or a failed startup exits with code 3
+    finally:
+        if sockets is not None:
+            remove_socket_files(settings.host)
 
 
 def _exit_quietly_after_signals() -> None:

@@ -219,9 +219,26 @@ class Settings:
     ] = None
     host: Annotated[
         str,
-        Field(description="Address to listen on."),
+        Field(
+            description="Addresses to listen on, comma-separated; a path ending in .sock is a"
+            " UNIX socket."
+        ),
         Flag(_SERVER, commands=frozenset({SERVE})),
     ] = "127.0.0.1"
+    api_prefix: Annotated[
+        str,
+        Field(description="Serve the whole API under this path, e.g. /llm (behind a proxy)."),
+        Flag(_SERVER, commands=frozenset({SERVE}), metavar="PATH", shown_default="none"),
+    ] = ""
+    timeout: Annotated[
+        float,
+        Field(
+            gt=0,
+            description="Seconds a client may leave a response unread before its connection"
+            " is dropped (llama-server's read/write timeout).",
+        ),
+        Flag(_SERVER, commands=frozenset({SERVE}), short="-to"),
+    ] = 3600.0
     port: Annotated[
         int,
         Field(ge=0, le=65535, description="Port."),

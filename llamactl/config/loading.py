@@ -63,6 +63,8 @@ LLAMA_SERVER_ENV = {
     "max_tokens": "LLAMA_ARG_N_PREDICT",
     "host": "LLAMA_ARG_HOST",
     "port": "LLAMA_ARG_PORT",
+    "api_prefix": "LLAMA_ARG_API_PREFIX",
+    "timeout": "LLAMA_ARG_TIMEOUT",
     "api_key": "LLAMA_API_KEY",
     "api_key_file": "LLAMA_ARG_API_KEY_FILE",
     "alias": "LLAMA_ARG_ALIAS",

@@ -13,6 +13,7 @@ from typing import Any
 
 EXIT_FAILURE = 1  # an error meant for users: one red line
 EXIT_USAGE = 2  # a bad command line, as click reports it
+EXIT_CANNOT_START = 3  # a server could not start (uvicorn's code for a port in use)
 EXIT_INTERRUPTED = 130  # what shells report for a command stopped by Ctrl-C
 
 
@@ -170,6 +171,12 @@ class CheckpointError(ConvertError):
         super().__init__(f"{where}: {problem}")
 
 
+class CannotListenError(LlamactlError):
+    """`serve` cannot listen where it was told (an address in use, a live socket file)."""
+
+    exit_code = EXIT_CANNOT_START
+
+
 # ---------------------------------------------------------------------------------- clients
 class ServerError(LlamactlError):
     """A llamactl server could not be reached or refused the request (`llamactl ps`)."""
@@ -250,6 +257,7 @@ class ProtocolError(InvalidRequestError):
 
 
 __all__ = [
+    "EXIT_CANNOT_START",
     "EXIT_FAILURE",
     "EXIT_INTERRUPTED",
     "EXIT_USAGE",
@@ -258,6 +266,7 @@ __all__ = [
     "AudioTooLongError",
     "AuthenticationError",
     "BufferFullError",
+    "CannotListenError",
     "CannotSpeakError",
     "CheckpointError",
     "ChildFailedError",

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from llamactl import ConfigError
 
 from .asgi import ASGIApp, Receive, Scope, Send, header, refuse
+from .listen import is_unix_socket_path, listen_addresses
 from .loopback import is_loopback_address, is_loopback_name, split_authority
 
 __all__ = ["HostCheckMiddleware", "HostPolicy", "is_loopback_bind"]
@@ -28,8 +29,12 @@ ANY = "*"
 
 
 def is_loopback_bind(host: str) -> bool:
-    """Does listening on `host` (the --host value) reach this machine only?"""
-    return is_loopback_name(host.strip().removeprefix("[").removesuffix("]"))
+    """Does listening on `host` (the --host value: addresses and socket paths, comma
+    separated) reach this machine only? A UNIX socket does."""
+    return all(
+        is_unix_socket_path(address) or is_loopback_name(address)
+        for address in listen_addresses(host)
+    )
 
 
 class HostPolicy:
