@@ -533,3 +533,16 @@ def test_sandbox_blocks_unsafe_attributes() -> None:
     template = ChatTemplate("{{ messages.__class__.__mro__ }}")
     with pytest.raises(TemplateError):
         template.render(BASIC)
+
+
+@needs_templates
+def test_templates_get_todays_date_as_llama_cpp_gives_it():
+    """Llama 3.x prints `date_string` (llama.cpp passes today's; the template's own fallback is
+    a fixed day in 2024); a caller's value wins."""
+    import datetime
+
+    source = (TEMPLATE_DIR / "meta-llama-Llama-3.3-70B-Instruct.jinja").read_text()
+    template = ChatTemplate(source, bos_token="<s>", eos_token="</s>")
+    hi = [{"role": "user", "content": "What is today?"}]
+    assert f"Today Date: {datetime.date.today():%d %b %Y}\n" in template.render(hi)
+    assert "Today Date: 01 Jan 2030" in template.render(hi, date_string="01 Jan 2030")

@@ -114,3 +114,28 @@ def test_concurrent_token_requests_agree(server) -> None:
     with ThreadPoolExecutor(6) as pool:
         together = list(pool.map(lambda t: post(server, "/tokenize", {"content": t}), texts))
     assert [r.json()["tokens"] for r in together] == alone
+
+
+@pytest.fixture(scope="module")
+def command_r7b_server():
+    """A server rendering Command R7B's template, which reads an undefined `enable_thinking`
+    as off."""
+    from serverkit import run_server
+    from sharedkit import CHAT_TEMPLATES
+
+    template = CHAT_TEMPLATES / "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja"
+    if not template.exists():
+        pytest.skip(f"no {template}")
+    with run_server(parallel=1, chat_template_file=str(template)) as live:
+        yield live
+
+
+@pytest.mark.slow
+def test_templates_think_unless_told_not_to_as_llama_server(command_r7b_server) -> None:
+    """llama.cpp renders every template with `enable_thinking` true by default: a template that
+    reads it as off when undefined still opens its thinking; false (or --reasoning off) closes."""
+    prompt = post(command_r7b_server, "/apply-template", {"messages": HI}).json()["prompt"]
+    assert prompt.endswith("<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>")
+    off = {"messages": HI, "chat_template_kwargs": {"enable_thinking": False}}
+    prompt = post(command_r7b_server, "/apply-template", off).json()["prompt"]
+    assert prompt.endswith("<|CHATBOT_TOKEN|><|START_THINKING|><|END_THINKING|>")

@@ -111,6 +111,10 @@ class ChatModel:
         toggle = self.template.thinking_toggle
         if req.enable_thinking is not None and toggle is not None:
             kwargs.setdefault(toggle, req.enable_thinking)
+        elif toggle == "enable_thinking":
+            # llama.cpp renders every template with enable_thinking true unless told otherwise,
+            # so templates that read "undefined" as off (DeepSeek R1's, Command R7B) still think.
+            kwargs.setdefault(toggle, True)
         text = self.template.render(
             req.messages,
             tools=req.tools,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import jinja2
@@ -111,6 +112,7 @@ class ChatTemplate:
     ) -> str:
         context: dict[str, Any] = {
             **self._tokens,
+            **_today(),
             **template_kwargs,
             "add_generation_prompt": add_generation_prompt,
         }
@@ -168,3 +170,10 @@ def _cut_after(rendered: str, prefill: str) -> str:
     if trailing and rendered.startswith(trailing, end):
         end += len(trailing)
     return rendered[:end]
+
+
+def _today() -> dict[str, str]:
+    """The dates llama.cpp gives every template (Llama 3.x prints `date_string`, FireFunction
+    `datetime`), so a prompt says what day it is wherever the model runs."""
+    now = datetime.now()
+    return {"date_string": now.strftime("%d %b %Y"), "datetime": now.strftime("%b %d %Y")}
