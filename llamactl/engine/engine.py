@@ -10,10 +10,13 @@ greedy output does not depend on what else is being served.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import llama_cpp
@@ -27,6 +30,7 @@ from llamactl.core.errors import (
 
 from ._backend import memory_of
 from .batch import Batch
+from .cache_persist import CachePersister, PersistItem
 from .context import (
     ContextLayout,
     default_slot_ctx,
@@ -41,9 +45,10 @@ from .limits import MAX_DRAFT
 from .loop import DecodeLoop
 from .model import Model
 from .output import OutputProcessor
-from .prompt_cache import PromptCache
+from .prompt_cache import CacheEntry, PromptCache
 from .requests import EngineConfig, EngineStats, GenerationRequest, ReasoningSpec
 from .sampling import SamplerChain, check_grammar
+from .seq_store import SeqStore, SlotFileResult
 from .slot import Slot
 from .speculative import (
     DraftModel,
@@ -52,12 +57,27 @@ from .speculative import (
     Speculator,
     parse_spec_types,
 )
+from .state_file import (
+    SeqSnapshot,
+    StateFileError,
+    StateIdentity,
+    model_identity,
+    read_state_file,
+    write_state_file,
+)
 from .stops import StopMatcher
 from .stream import GenerationStream
 from .types import Done, SamplingParams, SlotInfo, Timings, Usage
 from .ubatch import plan_companions
 
-__all__ = ["Engine", "EngineConfig", "EngineStats", "GenerationRequest", "ReasoningSpec"]
+__all__ = [
+    "Engine",
+    "EngineConfig",
+    "EngineStats",
+    "GenerationRequest",
+    "ReasoningSpec",
+    "SlotFileResult",
+]
 
 log = logging.getLogger("llamactl.engine")
 
@@ -66,6 +86,15 @@ log = logging.getLogger("llamactl.engine")
 EXACT_PIECE = 64
 # KV types whose lone rows ggml computes by another kernel: the engine gives them companions
 SPLIT_KERNEL_KV = ("f16",)
+
+
+@dataclass
+class _Call:
+    """Work for the decode thread between two steps; with a slot, once that slot is idle."""
+
+    slot_id: int | None
+    fn: Callable[[Slot | None], Any]
+    future: Future[Any] = field(default_factory=Future)
 
 
 class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
@@ -121,6 +150,10 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             self.kv_type,
         )
         self.cache = PromptCache(cache_mib, layout) if cache_mib != 0 else None
+        path, size, mtime_ns = model_identity(model.path)
+        self.identity = StateIdentity(
+            path, size, mtime_ns, self.n_ctx_seq, self.kv_type, config.kv_unified, config.flash_attn
+        )
         self.stats = EngineStats()
         self._draft_model: Model | None = None
         try:
@@ -153,7 +186,38 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         self.drafting = DraftPolicy(
             self.speculators, config, row_budget=self._row_budget, n_ctx_slot=self.n_ctx_slot
         )
+        self.seq_store = SeqStore(
+            ctx, self.memory, n_ctx_slot=self.n_ctx_slot, n_vocab=model.n_vocab
+        )
+        self._calls: deque[_Call] = deque()
+        self._deferred: list[_Call] = []  # calls taken by the decode thread, not yet run
+        self._persister = self._open_persister(config)
+        self._persist_stop = threading.Event()
+        self._persist_thread: threading.Thread | None = None
         self._start_loop(max_queue=config.max_queue, thread_name="llamactl-decode")
+        if self._persister is not None and config.cache_persist_interval > 0:
+            self._persist_thread = threading.Thread(
+                target=self._persist_periodically, name="llamactl-cache-persist", daemon=True
+            )
+            self._persist_thread.start()
+
+    def _open_persister(self, config: EngineConfig) -> CachePersister | None:
+        """The on-disk prompt cache, with its saved prompts loaded into the RAM cache."""
+        if config.cache_persist_dir is None:
+            return None
+        cache = self.cache
+        if cache is None:
+            log.warning("--cache-persist needs the RAM prompt cache (--cache-ram is 0): off")
+            return None
+        persister = CachePersister(Path(config.cache_persist_dir), self.identity, cache.limit)
+        for snap in persister.load():
+            try:
+                self.seq_store.check(snap)
+            except InvalidRequestError as exc:
+                log.warning("prompt cache: a saved prompt was skipped: %s", exc)
+                continue
+            cache.add(CacheEntry(snap.tokens, snap.state, cache.layout, snap.checkpoints))
+        return persister
 
     def _make_speculators(self, config: EngineConfig, threads: int) -> list[Speculator]:
         types = parse_spec_types(config.spec_types)
@@ -238,6 +302,95 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         speculative = bool(self.speculators)
         return [slot.info(self.n_ctx_seq, speculative) for slot in self._slots]
 
+    # ------------------------------------------------------------ slot files
+    def save_slot(self, slot_id: int, path: Path) -> SlotFileResult:
+        """Write what slot `slot_id`'s KV holds to `path` (atomically); waits while the slot
+        is busy, as llama-server defers the task."""
+        t0 = time.perf_counter()
+        snap: SeqSnapshot = self._on_decode_thread(self._slot_id(slot_id), self.seq_store.snapshot)
+        n_bytes = write_state_file(path, self.identity, snap, kind="slot")
+        return SlotFileResult(len(snap.tokens), n_bytes, (time.perf_counter() - t0) * 1000.0)
+
+    def restore_slot(self, slot_id: int, path: Path) -> SlotFileResult:
+        """Load a file written by `save_slot` for this model and layout into slot `slot_id`;
+        the next request sharing its tokens reuses them. 400 for a missing, foreign or
+        corrupt file."""
+        t0 = time.perf_counter()
+        seq = self._slot_id(slot_id)
+        try:
+            snap, n_bytes = read_state_file(path, self.identity)
+        except FileNotFoundError:
+            raise InvalidRequestError(f"Unable to restore slot: no file {path.name}") from None
+        except (StateFileError, OSError) as exc:
+            raise InvalidRequestError(f"Unable to restore slot: {exc}") from None
+        self.seq_store.check(snap)
+        self._on_decode_thread(seq, lambda slot: self.seq_store.install(slot, snap))
+        return SlotFileResult(len(snap.tokens), n_bytes, (time.perf_counter() - t0) * 1000.0)
+
+    def erase_slot(self, slot_id: int) -> int:
+        """Empty slot `slot_id`'s KV; return the tokens it held."""
+        n: int = self._on_decode_thread(self._slot_id(slot_id), self.seq_store.erase)
+        return n
+
+    def persist_cache(self) -> int:
+        """Write the prompt cache (and idle slots' prompts) to `--cache-persist`'s directory
+        now; return the files written. The states are taken between decode steps, the files
+        written on this thread."""
+        persister = self._persister
+        if persister is None:
+            return 0
+        items: list[PersistItem] = self._on_decode_thread(None, lambda _: self._persist_items())
+        return persister.write(items)
+
+    def _slot_id(self, slot_id: int) -> int:
+        if not 0 <= slot_id < len(self._slots):
+            raise InvalidRequestError("Invalid slot ID")
+        return slot_id
+
+    def _on_decode_thread(self, slot_id: int | None, fn: Callable[[Any], Any]) -> Any:
+        """Run `fn(slot)` on the decode thread between steps (once the slot is idle); wait."""
+        call = _Call(slot_id, fn)
+        with self._cv:
+            if self._closing:
+                raise EngineClosedError("the server is shutting down")
+            self._calls.append(call)
+            self._cv.notify()
+        return call.future.result()
+
+    def _persist_items(self) -> list[PersistItem]:
+        """What the on-disk cache should hold, newest first: idle slots' finished prompts
+        (copied now unless already on disk), then the RAM cache's entries."""
+        persister, cache = self._persister, self.cache
+        if persister is None or cache is None:
+            return []
+        items: list[PersistItem] = []
+        for slot in sorted(self._slots, key=lambda s: -s.last_used):
+            if slot.busy or not slot.saveable or not slot.kv_tokens:
+                continue
+            name = persister.name_for(slot.kv_tokens)
+            size = persister.on_disk(name)
+            if size is not None:
+                items.append(PersistItem(name, size, None))
+                continue
+            try:
+                snap = self.seq_store.snapshot(slot)
+            except LlamactlError:
+                continue
+            items.append(PersistItem(name, snap.nbytes, snap))
+        for entry in reversed(cache.entries):
+            snap = SeqSnapshot(entry.tokens, entry.state, entry.checkpoints)
+            items.append(PersistItem(persister.name_for(entry.tokens), snap.nbytes, snap))
+        return items
+
+    def _persist_periodically(self) -> None:
+        while not self._persist_stop.wait(self.config.cache_persist_interval):
+            try:
+                self.persist_cache()
+            except EngineClosedError:
+                return
+            except Exception:
+                log.warning("prompt cache: writing it to disk failed", exc_info=True)
+
     def drain(self) -> None:
         """Take no new requests and end the queued ones; running ones go on to their end (the
         first step of a graceful shutdown, `close` the last)."""
@@ -250,9 +403,23 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             stream._push(err)
 
     def close(self) -> None:
-        """Stop the decode thread, end every open stream, free the context."""
+        """Stop the decode thread, end every open stream, write the prompt cache to disk
+        (with --cache-persist), free the context."""
+        self._persist_stop.set()
+        if self._persist_thread is not None:
+            self._persist_thread.join()
         if not self._stop_loop():
             return
+        closed = EngineClosedError("the engine shut down before this slot action ran")
+        for call in [*self._deferred, *self._calls]:
+            if call.future.set_running_or_notify_cancel():
+                call.future.set_exception(closed)
+        self._deferred, self._calls = [], deque()
+        if self._persister is not None:
+            try:  # the decode thread has stopped: this thread may read the context
+                self._persister.write(self._persist_items())
+            except Exception:
+                log.warning("prompt cache: writing it to disk failed", exc_info=True)
         err = EngineClosedError("the engine shut down before this request finished")
         for slot in self._slots:
             if slot.stream is not None:
@@ -305,10 +472,13 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
     def _take_commands(self) -> None:
         self._taken_cancels, self._cancels = list(self._cancels), deque()
         self._taken_forces, self._forces = list(self._forces), deque()
+        self._deferred.extend(self._calls)  # decode-thread side from here on
+        self._calls.clear()
 
     def _tick(self) -> None:
         self._apply_cancels(self._taken_cancels)
         self._apply_forces(self._taken_forces)
+        self._run_calls()
         self._admit()
         self._step()
 
@@ -316,6 +486,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         return bool(
             self._cancels
             or self._forces
+            or self._calls
+            or any(c.slot_id is None or not self._slots[c.slot_id].busy for c in self._deferred)
             or any(s.state in ("prompt", "generating") for s in self._slots)
             or (self._queue and self._free_slot_count() >= self._queue[0][1].n)
         )
@@ -349,6 +521,23 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
                     slot.forced.extend(tokens)
                 else:
                     self.output.force_reasoning_end(slot)
+
+    def _run_calls(self) -> None:
+        """Slot actions and cache snapshots, before admission: a call whose slot is busy
+        waits for the slot's job to end."""
+        waiting: list[_Call] = []
+        for call in self._deferred:
+            slot = self._slots[call.slot_id] if call.slot_id is not None else None
+            if slot is not None and slot.busy:
+                waiting.append(call)
+                continue
+            if not call.future.set_running_or_notify_cancel():
+                continue
+            try:
+                call.future.set_result(call.fn(slot))
+            except Exception as exc:
+                call.future.set_exception(exc)
+        self._deferred = waiting
 
     # ------------------------------------------------------------ admission
     def _admit(self) -> None:
