@@ -308,7 +308,10 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         is busy, as llama-server defers the task."""
         t0 = time.perf_counter()
         snap: SeqSnapshot = self._on_decode_thread(self._slot_id(slot_id), self.seq_store.snapshot)
-        n_bytes = write_state_file(path, self.identity, snap, kind="slot")
+        try:
+            n_bytes = write_state_file(path, self.identity, snap, kind="slot")
+        except OSError as exc:
+            raise LlamactlError(f"Unable to save slot: {exc}") from None
         return SlotFileResult(len(snap.tokens), n_bytes, (time.perf_counter() - t0) * 1000.0)
 
     def restore_slot(self, slot_id: int, path: Path) -> SlotFileResult:
