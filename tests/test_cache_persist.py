@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -88,10 +87,12 @@ def test_a_corrupt_file_is_skipped_with_a_warning(model, tmp_path, caplog):
     (path,) = tmp_path.glob("*.llkv")
     data = path.read_bytes()
     path.write_bytes(data[: len(data) - 1000])
-    with caplog.at_level(logging.WARNING, logger="llamactl.engine"):
-        with Engine(model, config(cache_persist_dir=tmp_path)) as eng:
-            assert len(eng.cache) == 0
-            assert run(eng, chat_tokens(model, "Hello there.")).usage.cached_tokens == 0
+    with (
+        caplog.at_level(logging.WARNING, logger="llamactl.engine"),
+        Engine(model, config(cache_persist_dir=tmp_path)) as eng,
+    ):
+        assert len(eng.cache) == 0
+        assert run(eng, chat_tokens(model, "Hello there.")).usage.cached_tokens == 0
     assert any("truncated" in r.getMessage() for r in caplog.records)
 
 
@@ -113,7 +114,7 @@ def test_periodic_writes_leave_concurrent_outputs_as_alone(model, tmp_path):
         for _ in range(2):
             got: dict[int, tuple[int, ...]] = {}
 
-            def go(i: int) -> None:
+            def go(i: int, got: dict[int, tuple[int, ...]] = got) -> None:
                 got[i] = run(eng, prompts[i], max_tokens=24).token_ids
 
             threads = [threading.Thread(target=go, args=(i,)) for i in range(3)]
@@ -148,6 +149,8 @@ def test_a_slot_file_restores_into_another_slot(model, tmp_path):
         assert warm.token_ids == cold.token_ids
         with pytest.raises(InvalidRequestError, match="Invalid slot ID"):
             eng.save_slot(2, tmp_path / "b.bin")
-    with Engine(model, config(n_parallel=2, n_ctx=2048, cache_ram_mib=0)) as eng:
-        with pytest.raises(InvalidRequestError, match="another model or KV layout.*n_ctx_seq"):
-            eng.restore_slot(0, tmp_path / "a.bin")
+    with (
+        Engine(model, config(n_parallel=2, n_ctx=2048, cache_ram_mib=0)) as eng,
+        pytest.raises(InvalidRequestError, match="another model or KV layout.*n_ctx_seq"),
+    ):
+        eng.restore_slot(0, tmp_path / "a.bin")

@@ -10,7 +10,9 @@ import logging
 from pathlib import Path
 
 import pytest
+from llamactl.server.llamacpp.slots.serving import valid_filename
 
+from llamactl.engine import state_file
 from llamactl.engine.cache_persist import CachePersister, PersistItem
 from llamactl.engine.prompt_cache import Checkpoint
 from llamactl.engine.state_file import (
@@ -21,7 +23,6 @@ from llamactl.engine.state_file import (
     read_state_file,
     write_state_file,
 )
-from llamactl.server.llamacpp.slots.serving import valid_filename
 
 IDENTITY = StateIdentity("/models/a.gguf", 1234, 5678, 1024, "f16", False, True)
 
@@ -70,13 +71,17 @@ def test_truncated_altered_and_foreign_files_are_corrupt(tmp_path: Path) -> None
             read_state_file(path, IDENTITY)
 
 
-def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "s.bin"
     write_state_file(path, IDENTITY, snap([1, 2, 3]), kind="slot")
     before = path.read_bytes()
-    broken = SeqSnapshot([1, 2**40], snap([1]).state)  # a token that does not pack
-    with pytest.raises(Exception):
-        write_state_file(path, IDENTITY, broken, kind="slot")
+
+    def disk_full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(state_file.os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        write_state_file(path, IDENTITY, snap([4, 5, 6]), kind="slot")
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["s.bin"]
 
