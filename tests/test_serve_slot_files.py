@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from processkit import NO_EOS, serve
+from processkit import NO_EOS, run_cli, serve
 from serverkit import LiveServer, free_port, run_server
 
 from llamactl.engine.state_file import SeqSnapshot, empty_state, write_state_file
@@ -202,3 +202,8 @@ def test_turn_two_after_a_restart_is_served_from_disk(tmp_path: Path) -> None:
         assert live.stop(signal.SIGTERM) == 0
     assert cached(again) > first["usage"]["prompt_tokens"]  # the prompt and the answer
     assert again["choices"][0]["message"] == alone["choices"][0]["message"]
+
+
+def test_a_slot_save_path_that_is_not_a_directory_is_refused(tmp_path: Path) -> None:
+    result = run_cli("serve", "--slot-save-path", str(tmp_path / "missing"))
+    assert result.returncode != 0 and "not a directory" in result.stderr
