@@ -134,23 +134,23 @@ def test_a_slot_file_restores_into_another_slot(model, tmp_path):
         first = run(eng, prompt)
         follow = turn_two(model, first, user)
         (held,) = [s.seq_id for s in eng._slots if s.kv_tokens]
-        saved = eng.save_slot(held, tmp_path / "a.bin")
+        saved = eng.slot_files.save(held, tmp_path / "a.bin")
         assert saved.n_tokens == len(prompt) + len(first.token_ids) - 1
         assert saved.n_bytes == (tmp_path / "a.bin").stat().st_size
-        assert eng.erase_slot(held) == saved.n_tokens
+        assert eng.slot_files.erase(held).result() == saved.n_tokens
         cold = run(eng, follow)
         assert cold.usage.cached_tokens == 0
         for s in range(2):
-            eng.erase_slot(s)
-        restored = eng.restore_slot(1 - held, tmp_path / "a.bin")
+            eng.slot_files.erase(s).result()
+        restored = eng.slot_files.restore(1 - held, tmp_path / "a.bin")
         assert (restored.n_tokens, restored.n_bytes) == (saved.n_tokens, saved.n_bytes)
         warm = run(eng, follow)
         assert warm.usage.cached_tokens == saved.n_tokens
         assert warm.token_ids == cold.token_ids
         with pytest.raises(InvalidRequestError, match="Invalid slot ID"):
-            eng.save_slot(2, tmp_path / "b.bin")
+            eng.slot_files.save(2, tmp_path / "b.bin")
     with (
         Engine(model, config(n_parallel=2, n_ctx=2048, cache_ram_mib=0)) as eng,
         pytest.raises(InvalidRequestError, match="another model or KV layout.*n_ctx_seq"),
     ):
-        eng.restore_slot(0, tmp_path / "a.bin")
+        eng.slot_files.restore(0, tmp_path / "a.bin")

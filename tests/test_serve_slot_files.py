@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from llamactl.server.prepare import PREPARE_WORKERS
 from processkit import NO_EOS, run_cli, serve
 from serverkit import LiveServer, free_port, run_server
 
@@ -143,10 +144,12 @@ def test_bad_slot_ids_actions_and_files_are_400(saving) -> None:
     assert httpx.get(saving.url + "/health", timeout=10).status_code == 200
 
 
-def test_a_busy_slot_is_saved_when_its_job_ends(saving) -> None:
+def test_a_busy_slot_is_saved_when_its_job_ends_and_waiting_holds_no_worker(saving) -> None:
+    """Saves of a busy slot wait for its job (llama-server defers them); more waiting saves
+    than the server has preparation workers do not stop it from answering other requests."""
     erase_all(saving)
     result: dict = {}
-    body = {"max_tokens": 48, "logit_bias": NO_EOS}
+    body = {"max_tokens": 400, "logit_bias": NO_EOS}
 
     def generate() -> None:
         result["answer"] = chat(saving.url, [{"role": "user", "content": "Count."}], **body)
@@ -159,11 +162,25 @@ def test_a_busy_slot_is_saved_when_its_job_ends(saving) -> None:
         busy = [s.id for s in engine.slots_info() if s.busy]
         time.sleep(0.005)
     assert busy, "the generation ended before it was seen running"
-    saved = action(saving, busy[0], "save", "busy.bin")
+    saves: list[httpx.Response] = []
+    savers = [
+        threading.Thread(target=lambda i=i: saves.append(action(saving, busy[0], "save", f"b{i}")))
+        for i in range(PREPARE_WORKERS + 1)
+    ]
+    for t in savers:
+        t.start()
+    tokens = httpx.post(saving.url + "/tokenize", json={"content": "hello"}, timeout=30)
+    still_busy = engine.slots_info()[busy[0]].busy
     worker.join()
+    for t in savers:
+        t.join()
+    assert tokens.status_code == 200 and tokens.json()["tokens"]
+    assert still_busy  # answered while every save was still waiting
     usage = result["answer"]["usage"]
-    assert saved.status_code == 200, saved.text
-    assert saved.json()["n_saved"] == usage["prompt_tokens"] + usage["completion_tokens"] - 1
+    assert len(saves) == PREPARE_WORKERS + 1
+    for saved in saves:
+        assert saved.status_code == 200, saved.text
+        assert saved.json()["n_saved"] == usage["prompt_tokens"] + usage["completion_tokens"] - 1
 
 
 def test_without_slot_save_path_slot_actions_are_501() -> None:

@@ -21,6 +21,11 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from llamactl.core.errors import LlamactlError
+
+from .prompt_cache import PromptCache
+from .seq_store import SeqStore
+from .slot import Slot
 from .state_file import (
     SeqSnapshot,
     StateFileCorrupt,
@@ -31,7 +36,7 @@ from .state_file import (
     write_state_file,
 )
 
-__all__ = ["SUFFIX", "CachePersister", "PersistItem"]
+__all__ = ["SUFFIX", "CachePersister", "PersistItem", "persist_items"]
 
 log = logging.getLogger("llamactl.engine")
 
@@ -142,3 +147,29 @@ class CachePersister:
             if name.startswith(self.prefix) and name.endswith(SUFFIX) and name not in keep:
                 with contextlib.suppress(OSError):
                     (self.directory / name).unlink()
+
+
+def persist_items(
+    persister: CachePersister, cache: PromptCache, slots: list[Slot], store: SeqStore
+) -> list[PersistItem]:
+    """What the on-disk cache should hold, newest first: idle slots' finished prompts (copied
+    now unless already on disk), then the RAM cache's entries (their buffers are never
+    changed once made, so the writer may read them on another thread). Decode thread only."""
+    items: list[PersistItem] = []
+    for slot in sorted(slots, key=lambda s: -s.last_used):
+        if slot.busy or not slot.saveable or not slot.kv_tokens:
+            continue
+        name = persister.name_for(slot.kv_tokens)
+        size = persister.on_disk(name)
+        if size is not None:
+            items.append(PersistItem(name, size, None))
+            continue
+        try:
+            snap = store.snapshot(slot)
+        except LlamactlError:
+            continue
+        items.append(PersistItem(name, snap.nbytes, snap))
+    for entry in reversed(cache.entries):
+        snap = SeqSnapshot(entry.tokens, entry.state, entry.checkpoints)
+        items.append(PersistItem(persister.name_for(entry.tokens), snap.nbytes, snap))
+    return items

@@ -30,7 +30,7 @@ from llamactl.core.errors import (
 
 from ._backend import memory_of
 from .batch import Batch
-from .cache_persist import CachePersister, PersistItem
+from .cache_persist import CachePersister, persist_items
 from .context import (
     ContextLayout,
     default_slot_ctx,
@@ -48,7 +48,7 @@ from .output import OutputProcessor
 from .prompt_cache import CacheEntry, PromptCache
 from .requests import EngineConfig, EngineStats, GenerationRequest, ReasoningSpec
 from .sampling import SamplerChain, check_grammar
-from .seq_store import SeqStore, SlotFileResult
+from .seq_store import SeqStore, SlotFileResult, SlotFiles
 from .slot import Slot
 from .speculative import (
     DraftModel,
@@ -57,14 +57,7 @@ from .speculative import (
     Speculator,
     parse_spec_types,
 )
-from .state_file import (
-    SeqSnapshot,
-    StateFileError,
-    StateIdentity,
-    model_identity,
-    read_state_file,
-    write_state_file,
-)
+from .state_file import StateIdentity, model_identity
 from .stops import StopMatcher
 from .stream import GenerationStream
 from .types import Done, SamplingParams, SlotInfo, Timings, Usage
@@ -189,6 +182,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         self.seq_store = SeqStore(
             ctx, self.memory, n_ctx_slot=self.n_ctx_slot, n_vocab=model.n_vocab
         )
+        self.slot_files = SlotFiles(self.seq_store, self.identity, self._on_decode_thread)
         self._calls: deque[_Call] = deque()
         self._deferred: list[_Call] = []  # calls taken by the decode thread, not yet run
         self._persister = self._open_persister(config)
@@ -302,88 +296,31 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         speculative = bool(self.speculators)
         return [slot.info(self.n_ctx_seq, speculative) for slot in self._slots]
 
-    # ------------------------------------------------------------ slot files
-    def save_slot(self, slot_id: int, path: Path) -> SlotFileResult:
-        """Write what slot `slot_id`'s KV holds to `path` (atomically); waits while the slot
-        is busy, as llama-server defers the task."""
-        t0 = time.perf_counter()
-        snap: SeqSnapshot = self._on_decode_thread(self._slot_id(slot_id), self.seq_store.snapshot)
-        try:
-            n_bytes = write_state_file(path, self.identity, snap, kind="slot")
-        except OSError as exc:
-            raise LlamactlError(f"Unable to save slot: {exc}") from None
-        return SlotFileResult(len(snap.tokens), n_bytes, (time.perf_counter() - t0) * 1000.0)
-
-    def restore_slot(self, slot_id: int, path: Path) -> SlotFileResult:
-        """Load a file written by `save_slot` for this model and layout into slot `slot_id`;
-        the next request sharing its tokens reuses them. 400 for a missing, foreign or
-        corrupt file."""
-        t0 = time.perf_counter()
-        seq = self._slot_id(slot_id)
-        try:
-            snap, n_bytes = read_state_file(path, self.identity)
-        except FileNotFoundError:
-            raise InvalidRequestError(f"Unable to restore slot: no file {path.name}") from None
-        except (StateFileError, OSError) as exc:
-            raise InvalidRequestError(f"Unable to restore slot: {exc}") from None
-        self.seq_store.check(snap)
-        self._on_decode_thread(seq, lambda slot: self.seq_store.install(slot, snap))
-        return SlotFileResult(len(snap.tokens), n_bytes, (time.perf_counter() - t0) * 1000.0)
-
-    def erase_slot(self, slot_id: int) -> int:
-        """Empty slot `slot_id`'s KV; return the tokens it held."""
-        n: int = self._on_decode_thread(self._slot_id(slot_id), self.seq_store.erase)
-        return n
-
+    # ------------------------------------------------------------ KV to and from disk
     def persist_cache(self) -> int:
         """Write the prompt cache (and idle slots' prompts) to `--cache-persist`'s directory
         now; return the files written. The states are taken between decode steps, the files
         written on this thread."""
-        persister = self._persister
-        if persister is None:
+        persister, cache = self._persister, self.cache
+        if persister is None or cache is None:
             return 0
-        items: list[PersistItem] = self._on_decode_thread(None, lambda _: self._persist_items())
+        items = self._on_decode_thread(
+            None, lambda _: persist_items(persister, cache, self._slots, self.seq_store)
+        ).result()
         return persister.write(items)
 
-    def _slot_id(self, slot_id: int) -> int:
-        if not 0 <= slot_id < len(self._slots):
+    def _on_decode_thread(self, slot_id: int | None, fn: Callable[[Any], Any]) -> Future[Any]:
+        """Run `fn(slot)` on the decode thread between two steps, once slot `slot_id` is idle
+        (a busy slot's job ends first, as llama-server defers a slot task)."""
+        if slot_id is not None and not 0 <= slot_id < len(self._slots):
             raise InvalidRequestError("Invalid slot ID")
-        return slot_id
-
-    def _on_decode_thread(self, slot_id: int | None, fn: Callable[[Any], Any]) -> Any:
-        """Run `fn(slot)` on the decode thread between steps (once the slot is idle); wait."""
         call = _Call(slot_id, fn)
         with self._cv:
             if self._closing:
                 raise EngineClosedError("the server is shutting down")
             self._calls.append(call)
             self._cv.notify()
-        return call.future.result()
-
-    def _persist_items(self) -> list[PersistItem]:
-        """What the on-disk cache should hold, newest first: idle slots' finished prompts
-        (copied now unless already on disk), then the RAM cache's entries."""
-        persister, cache = self._persister, self.cache
-        if persister is None or cache is None:
-            return []
-        items: list[PersistItem] = []
-        for slot in sorted(self._slots, key=lambda s: -s.last_used):
-            if slot.busy or not slot.saveable or not slot.kv_tokens:
-                continue
-            name = persister.name_for(slot.kv_tokens)
-            size = persister.on_disk(name)
-            if size is not None:
-                items.append(PersistItem(name, size, None))
-                continue
-            try:
-                snap = self.seq_store.snapshot(slot)
-            except LlamactlError:
-                continue
-            items.append(PersistItem(name, snap.nbytes, snap))
-        for entry in reversed(cache.entries):
-            snap = SeqSnapshot(entry.tokens, entry.state, entry.checkpoints)
-            items.append(PersistItem(persister.name_for(entry.tokens), snap.nbytes, snap))
-        return items
+        return call.future
 
     def _persist_periodically(self) -> None:
         while not self._persist_stop.wait(self.config.cache_persist_interval):
@@ -418,9 +355,11 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             if call.future.set_running_or_notify_cancel():
                 call.future.set_exception(closed)
         self._deferred, self._calls = [], deque()
-        if self._persister is not None:
+        if self._persister is not None and self.cache is not None:
             try:  # the decode thread has stopped: this thread may read the context
-                self._persister.write(self._persist_items())
+                self._persister.write(
+                    persist_items(self._persister, self.cache, self._slots, self.seq_store)
+                )
             except Exception:
                 log.warning("prompt cache: writing it to disk failed", exc_info=True)
         err = EngineClosedError("the engine shut down before this request finished")

@@ -1,14 +1,20 @@
 """A slot's KV taken out and put back: slot files (`/slots/{id}?action=save|restore|erase`)
 and the persistent prompt cache's snapshots.
 
-Everything here runs on the decode thread, between decode steps, on an idle slot; reading and
-writing files is the caller's part (the engine does it on the calling thread).
+`SeqStore` runs on the decode thread, between decode steps, on an idle slot. `SlotFiles` is
+what callers on other threads use: it sends the KV part to the decode thread (a Future, so an
+async caller can await a busy slot without holding a thread) and reads and writes the files
+on the caller's thread, never on the decode thread.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import llama_cpp
 
@@ -17,9 +23,16 @@ from llamactl.core.errors import InvalidRequestError, LlamactlError
 from .kv_reuse import SlotMemory
 from .prompt_cache import load_seq, save_seq
 from .slot import Slot
-from .state_file import SeqSnapshot, empty_state
+from .state_file import (
+    SeqSnapshot,
+    StateFileError,
+    StateIdentity,
+    empty_state,
+    read_state_file,
+    write_state_file,
+)
 
-__all__ = ["SeqStore", "SlotFileResult"]
+__all__ = ["SeqStore", "SlotFileResult", "SlotFiles"]
 
 
 @dataclass(frozen=True)
@@ -91,3 +104,68 @@ class SeqStore:
         drafter = self.memory.drafter
         if drafter is not None:  # the draft model's copy follows the slot's
             drafter.clear(slot.seq_id)
+
+
+# Runs fn(slot) on the decode thread once slot `id` is idle (None: no slot); the engine's
+RunOnSlot = Callable[[int | None, Callable[[Any], Any]], "Future[Any]"]
+
+
+class SlotFiles:
+    """Slot save / restore / erase for callers on any thread.
+
+    The KV side is a Future resolved on the decode thread when the slot is idle; the file
+    side runs on the caller's thread. `save`, `restore` and `erase` do both and wait.
+    """
+
+    def __init__(self, store: SeqStore, identity: StateIdentity, run: RunOnSlot) -> None:
+        self.store = store
+        self.identity = identity
+        self._run = run
+
+    # ---------------------------------------------------------------- the KV side
+    def snapshot(self, slot_id: int) -> Future[SeqSnapshot]:
+        """A copy of slot `slot_id`'s KV, once its job (if any) has ended."""
+        return self._run(slot_id, self.store.snapshot)
+
+    def install(self, slot_id: int, snap: SeqSnapshot) -> Future[None]:
+        """Make slot `slot_id` hold `snap` (as `read` returned it)."""
+        self.store.check(snap)
+        return self._run(slot_id, lambda slot: self.store.install(slot, snap))
+
+    def erase(self, slot_id: int) -> Future[int]:
+        """Empty slot `slot_id`'s KV; the Future gives the tokens it held."""
+        return self._run(slot_id, self.store.erase)
+
+    # ---------------------------------------------------------------- the file side
+    def write(self, path: Path, snap: SeqSnapshot) -> int:
+        """Write `snap` to `path` atomically; return its bytes."""
+        try:
+            return write_state_file(path, self.identity, snap, kind="slot")
+        except OSError as exc:
+            raise LlamactlError(f"Unable to save slot: {exc}") from None
+
+    def read(self, path: Path) -> tuple[SeqSnapshot, int]:
+        """The snapshot in `path` and its bytes; 400 for a missing, foreign or damaged file."""
+        try:
+            return read_state_file(path, self.identity)
+        except FileNotFoundError:
+            raise InvalidRequestError(f"Unable to restore slot: no file {path.name}") from None
+        except (StateFileError, OSError) as exc:
+            raise InvalidRequestError(f"Unable to restore slot: {exc}") from None
+
+    # ---------------------------------------------------------------- both, waiting
+    def save(self, slot_id: int, path: Path) -> SlotFileResult:
+        t0 = time.perf_counter()
+        snap = self.snapshot(slot_id).result()
+        n_bytes = self.write(path, snap)
+        return SlotFileResult(len(snap.tokens), n_bytes, _ms_since(t0))
+
+    def restore(self, slot_id: int, path: Path) -> SlotFileResult:
+        t0 = time.perf_counter()
+        snap, n_bytes = self.read(path)
+        self.install(slot_id, snap).result()
+        return SlotFileResult(len(snap.tokens), n_bytes, _ms_since(t0))
+
+
+def _ms_since(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000.0

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -61,9 +63,11 @@ async def post_slot(
         raise bad_request("Invalid slot ID") from None
     if action not in ("save", "restore", "erase"):
         raise bad_request("Invalid action")
-    engine = state.require_text_engine()
+    files = state.require_text_engine().slot_files
+    # The KV side is awaited (a busy slot holds no thread while its job runs); the file side
+    # runs in a preparation worker.
     if action == "erase":
-        n = await off_loop(engine.erase_slot, slot)
+        n = await asyncio.wrap_future(files.erase(slot))
         return SlotEraseResponse(id_slot=slot, n_erased=n)
     filename = body.filename if body is not None else None
     if filename is None:
@@ -71,20 +75,27 @@ async def post_slot(
     if not valid_filename(filename):
         raise bad_request("Invalid filename")
     path = folder / filename
+    t0 = time.perf_counter()
     if action == "save":
-        saved = await off_loop(engine.save_slot, slot, path)
+        snap = await asyncio.wrap_future(files.snapshot(slot))
+        n_bytes = await off_loop(files.write, path, snap)
         return SlotSaveResponse(
             id_slot=slot,
             filename=filename,
-            n_saved=saved.n_tokens,
-            n_written=saved.n_bytes,
-            timings=SlotSaveTimings(save_ms=saved.ms),
+            n_saved=len(snap.tokens),
+            n_written=n_bytes,
+            timings=SlotSaveTimings(save_ms=_ms_since(t0)),
         )
-    restored = await off_loop(engine.restore_slot, slot, path)
+    snap, n_bytes = await off_loop(files.read, path)
+    await asyncio.wrap_future(files.install(slot, snap))
     return SlotRestoreResponse(
         id_slot=slot,
         filename=filename,
-        n_restored=restored.n_tokens,
-        n_read=restored.n_bytes,
-        timings=SlotRestoreTimings(restore_ms=restored.ms),
+        n_restored=len(snap.tokens),
+        n_read=n_bytes,
+        timings=SlotRestoreTimings(restore_ms=_ms_since(t0)),
     )
+
+
+def _ms_since(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000.0
