@@ -154,3 +154,28 @@ def test_a_slot_file_restores_into_another_slot(model, tmp_path):
         pytest.raises(InvalidRequestError, match="another model or KV layout.*n_ctx_seq"),
     ):
         eng.slot_files.restore(0, tmp_path / "a.bin")
+
+
+def test_slot_actions_beside_a_running_generation_leave_it_as_alone(model, tmp_path):
+    """Save, restore and erase of one slot, again and again, while another slot decodes: they
+    run between decode steps, and the running generation's tokens equal a run alone."""
+    long = chat_tokens(model, "Count from one to one hundred.")
+    short = chat_tokens(model, "Name a colour.")
+    request = GenerationRequest(long, GREEDY, max_tokens=120, ignore_eos=True)
+    with Engine(model, config(n_parallel=2, cache_ram_mib=0)) as eng:
+        alone = eng.submit(request).collect()[1][0].token_ids
+    with Engine(model, config(n_parallel=2, slot_prompt_similarity=0.0)) as eng:
+        run(eng, short)
+        (other,) = [s.seq_id for s in eng._slots if s.kv_tokens]
+        stream = eng.submit(request)  # takes the least recently used slot: the empty one
+        stream.admitted.wait(30)
+        assert eng.slots_info()[other].busy is False
+        rounds = 0
+        while not stream.finished:
+            files = eng.slot_files
+            files.save(other, tmp_path / "o.bin")
+            files.erase(other).result()
+            assert files.restore(other, tmp_path / "o.bin").n_tokens > 0
+            rounds += 1
+        assert stream.collect()[1][0].token_ids == alone
+        assert rounds > 1
