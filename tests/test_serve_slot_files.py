@@ -224,3 +224,44 @@ def test_turn_two_after_a_restart_is_served_from_disk(tmp_path: Path) -> None:
 def test_a_slot_save_path_that_is_not_a_directory_is_refused(tmp_path: Path) -> None:
     result = run_cli("serve", "--slot-save-path", str(tmp_path / "missing"))
     assert result.returncode != 0 and "not a directory" in result.stderr
+
+
+def complete(live: LiveServer, prompt: str, id_slot: int) -> dict:
+    body = {"prompt": prompt, "id_slot": id_slot, "cache_prompt": True, "n_predict": 16}
+    r = httpx.post(live.url + "/completion", json={**body, "temperature": 0}, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_llama_servers_slot_file_pattern_with_id_slot(saving) -> None:
+    """llama.cpp's test_slot_save_restore on the embedded model: a request pinned to slot 1,
+    saved, then a related prompt reuses the prefix; the file restored into slot 0 serves the
+    same prompt there; slot 1 was not disturbed by the restore."""
+    erase_all(saving)
+    france = complete(saving, "What is the capital of France?", 1)
+    assert france["id_slot"] == 1
+    n_prompt = france["timings"]["prompt_n"]
+    assert france["timings"]["cache_n"] == 0
+    saved = action(saving, 1, "save", "slot1.bin").json()
+    assert saved["n_saved"] == n_prompt + france["tokens_predicted"] - 1
+
+    germany = complete(saving, "What is the capital of Germany?", 1)
+    shared = germany["timings"]["cache_n"]
+    assert 0 < shared < n_prompt and germany["timings"]["prompt_n"] == n_prompt - shared
+
+    assert action(saving, 0, "restore", "slot1.bin").json()["n_restored"] == saved["n_saved"]
+    on_zero = complete(saving, "What is the capital of Germany?", 0)
+    assert on_zero["id_slot"] == 0
+    assert on_zero["timings"]["prompt_n"] == n_prompt - shared
+    assert on_zero["content"] == germany["content"]
+
+    again = complete(saving, "What is the capital of Germany?", 1)
+    assert again["timings"]["prompt_n"] == 1
+    assert again["content"] == germany["content"]
+    wrapped = complete(saving, "What is the capital of Germany?", 3)  # 3 mod 2 slots: slot 1
+    assert wrapped["id_slot"] == 1
+
+
+def test_an_id_slot_below_minus_one_is_400(saving) -> None:
+    r = httpx.post(saving.url + "/completion", json={"prompt": "Hi", "id_slot": -2}, timeout=30)
+    assert error_of(r, 400) == "Invalid slot ID"

@@ -400,6 +400,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             raise InvalidRequestError(
                 f"the prompt holds token ids outside the vocabulary: {bad[:5]}"
             )
+        if r.slot is not None and not 0 <= r.slot < self.config.n_parallel:
+            raise InvalidRequestError("Invalid slot ID")
         if len(r.prompt) >= self.n_ctx_slot:
             raise ContextLengthError(len(r.prompt), self.n_ctx_slot)
         if r.sampling.grammar:
@@ -431,11 +433,17 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             or self._calls
             or any(c.slot_id is None or not self._slots[c.slot_id].busy for c in self._deferred)
             or any(s.state in ("prompt", "generating") for s in self._slots)
-            or (self._queue and self._free_slot_count() >= self._queue[0][1].n)
+            or (self._queue and self._can_start(self._queue[0][1]))
         )
 
     def _free_slot_count(self) -> int:
         return sum(1 for s in self._slots if not s.busy)
+
+    def _can_start(self, req: GenerationRequest) -> bool:
+        """Enough free slots for its choices, and the slot it asks for among them."""
+        if req.slot is not None and self._slots[req.slot].busy:
+            return False
+        return self._free_slot_count() >= req.n
 
     # ------------------------------------------------------------ commands
     def _apply_cancels(self, cancels: list[GenerationStream]) -> None:
@@ -486,7 +494,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         """Move waiting requests into free slots, first come first served."""
         while True:
             with self._cv:
-                if not self._queue or self._free_slot_count() < self._queue[0][1].n:
+                if not self._queue or not self._can_start(self._queue[0][1]):
                     return
                 stream, req = self._queue.popleft()
             if stream.cancelled:
@@ -498,7 +506,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
 
     def _start(self, stream: GenerationStream, req: GenerationRequest) -> None:
         use_cache = self.config.cache_prompt and req.cache_prompt
-        parent, lcp = self.memory.pick(self._slots, req.prompt, use_cache)
+        parent, lcp = self.memory.pick(self._slots, req.prompt, use_cache, req.slot)
         if self.cache is not None:
             self.memory.offer(parent, lcp)
             if use_cache:
@@ -552,6 +560,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         if self._checkpoints:
             parent.checkpoint_at = self.memory.checkpoint_positions(parent, req, keep)
         stream.cached_tokens = keep
+        stream.slot_id = parent.seq_id
         stream.admitted.set()
         self.stats.prompt_tokens_cached += keep
 

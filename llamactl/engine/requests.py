@@ -74,6 +74,9 @@ class GenerationRequest:
     render_special: bool = False  # show control tokens (e.g. gpt-oss channels) in the text
     ignore_eos: bool = False
     cache_prompt: bool = True
+    # the slot to run in (llama-server's `id_slot`): the request waits for it; None: the
+    # engine picks the idle slot sharing most of the prompt
+    slot: int | None = None
     reasoning: ReasoningSpec | None = None
     # where user messages start in `prompt` (from the chat template's delimiters): the
     # engine checkpoints there on models that cannot trim their memory

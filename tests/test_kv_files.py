@@ -1,10 +1,13 @@
-"""The prompt cache on disk (`cache_persist_dir`) and slot files through the real engine on the
-embedded model: a restarted engine continues a conversation from disk with the same greedy
-answer, files of another layout are ignored, corrupt ones skipped with a warning, the budget
-holds, and periodic writes do not change what concurrent sessions generate."""
+"""KV to and from disk through the real engine on the embedded model: a restarted engine
+continues a conversation from the prompt cache on disk (`cache_persist_dir`) with the same
+greedy answer, files of another layout are ignored, corrupt ones skipped with a warning, the
+budget holds, periodic writes and slot actions do not change what concurrent sessions
+generate; slot files restore into another slot; a request pinned to a slot (`id_slot`)
+waits for it."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 
@@ -179,3 +182,18 @@ def test_slot_actions_beside_a_running_generation_leave_it_as_alone(model, tmp_p
             rounds += 1
         assert stream.collect()[1][0].token_ids == alone
         assert rounds > 1
+
+
+def test_a_request_for_a_busy_slot_waits_for_it(model):
+    """llama-server's `id_slot`: the request runs in that slot once its job ends, with the
+    output it has alone; the head of the queue waits, as every request waits its turn."""
+    long = GenerationRequest(chat_tokens(model, "Count."), GREEDY, max_tokens=40, ignore_eos=True)
+    short = chat_tokens(model, "Name a colour.")
+    with Engine(model, config(n_parallel=2, cache_ram_mib=0)) as eng:
+        alone = run(eng, short).token_ids
+        first = eng.submit(dataclasses.replace(long, slot=1))
+        pinned = eng.submit(GenerationRequest(short, GREEDY, max_tokens=12, slot=1))
+        assert pinned.collect()[1][0].token_ids == alone
+        assert first.finished and (first.slot_id, pinned.slot_id) == (1, 1)
+        with pytest.raises(InvalidRequestError, match="Invalid slot ID"):
+            eng.submit(GenerationRequest(short, GREEDY, slot=2))
