@@ -125,6 +125,8 @@ complete -c llamactl -n '__fish_seen_subcommand_from serve' -l flash-attn -x -d 
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l cache-type -x -d 'KV cache type: auto (f16, outputs independent of batching; bf16 for recurrent, hybrid and sliding-window models), bf16, f16 or q8_0 [auto]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l cache-ram -x -d 'RAM prompt cache in MiB; -1: no limit; 0: off [8192; decision models: off]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l cache-idle-slots -l no-cache-idle-slots -d 'Save an idle slot\'s prompt to the cache before a new request takes it [on]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l cache-persist -r -F -d 'Keep the prompt cache in DIR across restarts: written on shutdown and every 60 s, read at start (beyond llama-server)'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l slot-save-path -r -F -d 'Directory of POST /slots/{id}?action=save|restore files'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l slot-prompt-similarity -x -d 'Reuse the idle slot sharing more than this share of a prompt; 0: LRU [0.1]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l ctx-checkpoints -x -d 'Checkpoints per slot for hybrid/recurrent/SWA models [32]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l checkpoint-min-step -x -d 'Tokens between checkpoints, the last user message aside [8192]'

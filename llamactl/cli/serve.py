@@ -115,6 +115,11 @@ def serve_command(
         parse_spec_types(settings.spec_type)
     except InvalidRequestError as e:
         raise typer.BadParameter(str(e), param_hint="--spec-type") from None
+    if settings.slot_save_path is not None and not settings.slot_save_path.is_dir():
+        # llama-server exits on it too: a typo would otherwise surface at the first save
+        raise typer.BadParameter(
+            f"not a directory: {settings.slot_save_path}", param_hint="--slot-save-path"
+        )
     resolved = resolve_model(settings)
     settings.resolved_api_keys()  # a missing key file is an error now, not at the first request
     chat_template(settings)  # so is a missing template file (llama-server exits on both)

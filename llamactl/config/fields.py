@@ -379,6 +379,20 @@ class Settings:
         Flag(_CACHE),
         Engine("cache_idle_slots"),
     ] = True
+    cache_persist: Annotated[
+        Path | None,
+        Field(
+            description="Keep the prompt cache in DIR across restarts: written on shutdown and"
+            " every 60 s, read at start (beyond llama-server)."
+        ),
+        Flag(_CACHE, commands=frozenset({SERVE}), metavar="DIR"),
+        Engine("cache_persist_dir"),
+    ] = None
+    slot_save_path: Annotated[
+        Path | None,
+        Field(description="Directory of POST /slots/{id}?action=save|restore files."),
+        Flag(_CACHE, commands=frozenset({SERVE}), metavar="DIR"),
+    ] = None
     slot_prompt_similarity: Annotated[
         float,
         Field(

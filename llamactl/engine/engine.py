@@ -10,10 +10,13 @@ greedy output does not depend on what else is being served.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import llama_cpp
@@ -27,6 +30,7 @@ from llamactl.core.errors import (
 
 from ._backend import memory_of
 from .batch import Batch
+from .cache_persist import CachePersister, persist_items
 from .context import (
     ContextLayout,
     default_slot_ctx,
@@ -41,9 +45,10 @@ from .limits import MAX_DRAFT
 from .loop import DecodeLoop
 from .model import Model
 from .output import OutputProcessor
-from .prompt_cache import PromptCache
+from .prompt_cache import CacheEntry, PromptCache
 from .requests import EngineConfig, EngineStats, GenerationRequest, ReasoningSpec
 from .sampling import SamplerChain, check_grammar
+from .seq_store import SeqStore, SlotFileResult, SlotFiles
 from .slot import Slot
 from .speculative import (
     DraftModel,
@@ -52,12 +57,20 @@ from .speculative import (
     Speculator,
     parse_spec_types,
 )
+from .state_file import StateIdentity, model_identity
 from .stops import StopMatcher
 from .stream import GenerationStream
 from .types import Done, SamplingParams, SlotInfo, Timings, Usage
 from .ubatch import plan_companions
 
-__all__ = ["Engine", "EngineConfig", "EngineStats", "GenerationRequest", "ReasoningSpec"]
+__all__ = [
+    "Engine",
+    "EngineConfig",
+    "EngineStats",
+    "GenerationRequest",
+    "ReasoningSpec",
+    "SlotFileResult",
+]
 
 log = logging.getLogger("llamactl.engine")
 
@@ -66,6 +79,15 @@ log = logging.getLogger("llamactl.engine")
 EXACT_PIECE = 64
 # KV types whose lone rows ggml computes by another kernel: the engine gives them companions
 SPLIT_KERNEL_KV = ("f16",)
+
+
+@dataclass
+class _Call:
+    """Work for the decode thread between two steps; with a slot, once that slot is idle."""
+
+    slot_id: int | None
+    fn: Callable[[Slot | None], Any]
+    future: Future[Any] = field(default_factory=Future)
 
 
 class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
@@ -121,6 +143,10 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             self.kv_type,
         )
         self.cache = PromptCache(cache_mib, layout) if cache_mib != 0 else None
+        path, size, mtime_ns = model_identity(model.path)
+        self.identity = StateIdentity(
+            path, size, mtime_ns, self.n_ctx_seq, self.kv_type, config.kv_unified, config.flash_attn
+        )
         self.stats = EngineStats()
         self._draft_model: Model | None = None
         try:
@@ -153,7 +179,39 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         self.drafting = DraftPolicy(
             self.speculators, config, row_budget=self._row_budget, n_ctx_slot=self.n_ctx_slot
         )
+        self.seq_store = SeqStore(
+            ctx, self.memory, n_ctx_slot=self.n_ctx_slot, n_vocab=model.n_vocab
+        )
+        self.slot_files = SlotFiles(self.seq_store, self.identity, self._on_decode_thread)
+        self._calls: deque[_Call] = deque()
+        self._deferred: list[_Call] = []  # calls taken by the decode thread, not yet run
+        self._persister = self._open_persister(config)
+        self._persist_stop = threading.Event()
+        self._persist_thread: threading.Thread | None = None
         self._start_loop(max_queue=config.max_queue, thread_name="llamactl-decode")
+        if self._persister is not None and config.cache_persist_interval > 0:
+            self._persist_thread = threading.Thread(
+                target=self._persist_periodically, name="llamactl-cache-persist", daemon=True
+            )
+            self._persist_thread.start()
+
+    def _open_persister(self, config: EngineConfig) -> CachePersister | None:
+        """The on-disk prompt cache, with its saved prompts loaded into the RAM cache."""
+        if config.cache_persist_dir is None:
+            return None
+        cache = self.cache
+        if cache is None:
+            log.warning("--cache-persist needs the RAM prompt cache (--cache-ram is 0): off")
+            return None
+        persister = CachePersister(Path(config.cache_persist_dir), self.identity, cache.limit)
+        for snap in persister.load():
+            try:
+                self.seq_store.check(snap)
+            except InvalidRequestError as exc:
+                log.warning("prompt cache: a saved prompt was skipped: %s", exc)
+                continue
+            cache.add(CacheEntry(snap.tokens, snap.state, cache.layout, snap.checkpoints))
+        return persister
 
     def _make_speculators(self, config: EngineConfig, threads: int) -> list[Speculator]:
         types = parse_spec_types(config.spec_types)
@@ -238,6 +296,41 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         speculative = bool(self.speculators)
         return [slot.info(self.n_ctx_seq, speculative) for slot in self._slots]
 
+    # ------------------------------------------------------------ KV to and from disk
+    def persist_cache(self) -> int:
+        """Write the prompt cache (and idle slots' prompts) to `--cache-persist`'s directory
+        now; return the files written. The states are taken between decode steps, the files
+        written on this thread."""
+        persister, cache = self._persister, self.cache
+        if persister is None or cache is None:
+            return 0
+        items = self._on_decode_thread(
+            None, lambda _: persist_items(persister, cache, self._slots, self.seq_store)
+        ).result()
+        return persister.write(items)
+
+    def _on_decode_thread(self, slot_id: int | None, fn: Callable[[Any], Any]) -> Future[Any]:
+        """Run `fn(slot)` on the decode thread between two steps, once slot `slot_id` is idle
+        (a busy slot's job ends first, as llama-server defers a slot task)."""
+        if slot_id is not None and not 0 <= slot_id < len(self._slots):
+            raise InvalidRequestError("Invalid slot ID")
+        call = _Call(slot_id, fn)
+        with self._cv:
+            if self._closing:
+                raise EngineClosedError("the server is shutting down")
+            self._calls.append(call)
+            self._cv.notify()
+        return call.future
+
+    def _persist_periodically(self) -> None:
+        while not self._persist_stop.wait(self.config.cache_persist_interval):
+            try:
+                self.persist_cache()
+            except EngineClosedError:
+                return
+            except Exception:
+                log.warning("prompt cache: writing it to disk failed", exc_info=True)
+
     def drain(self) -> None:
         """Take no new requests and end the queued ones; running ones go on to their end (the
         first step of a graceful shutdown, `close` the last)."""
@@ -250,9 +343,25 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             stream._push(err)
 
     def close(self) -> None:
-        """Stop the decode thread, end every open stream, free the context."""
+        """Stop the decode thread, end every open stream, write the prompt cache to disk
+        (with --cache-persist), free the context."""
+        self._persist_stop.set()
+        if self._persist_thread is not None:
+            self._persist_thread.join()
         if not self._stop_loop():
             return
+        closed = EngineClosedError("the engine shut down before this slot action ran")
+        for call in [*self._deferred, *self._calls]:
+            if call.future.set_running_or_notify_cancel():
+                call.future.set_exception(closed)
+        self._deferred, self._calls = [], deque()
+        if self._persister is not None and self.cache is not None:
+            try:  # the decode thread has stopped: this thread may read the context
+                self._persister.write(
+                    persist_items(self._persister, self.cache, self._slots, self.seq_store)
+                )
+            except Exception:
+                log.warning("prompt cache: writing it to disk failed", exc_info=True)
         err = EngineClosedError("the engine shut down before this request finished")
         for slot in self._slots:
             if slot.stream is not None:
@@ -291,6 +400,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             raise InvalidRequestError(
                 f"the prompt holds token ids outside the vocabulary: {bad[:5]}"
             )
+        if r.slot is not None and not 0 <= r.slot < self.config.n_parallel:
+            raise InvalidRequestError("Invalid slot ID")
         if len(r.prompt) >= self.n_ctx_slot:
             raise ContextLengthError(len(r.prompt), self.n_ctx_slot)
         if r.sampling.grammar:
@@ -305,10 +416,13 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
     def _take_commands(self) -> None:
         self._taken_cancels, self._cancels = list(self._cancels), deque()
         self._taken_forces, self._forces = list(self._forces), deque()
+        self._deferred.extend(self._calls)  # decode-thread side from here on
+        self._calls.clear()
 
     def _tick(self) -> None:
         self._apply_cancels(self._taken_cancels)
         self._apply_forces(self._taken_forces)
+        self._run_calls()
         self._admit()
         self._step()
 
@@ -316,12 +430,20 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         return bool(
             self._cancels
             or self._forces
+            or self._calls
+            or any(c.slot_id is None or not self._slots[c.slot_id].busy for c in self._deferred)
             or any(s.state in ("prompt", "generating") for s in self._slots)
-            or (self._queue and self._free_slot_count() >= self._queue[0][1].n)
+            or (self._queue and self._can_start(self._queue[0][1]))
         )
 
     def _free_slot_count(self) -> int:
         return sum(1 for s in self._slots if not s.busy)
+
+    def _can_start(self, req: GenerationRequest) -> bool:
+        """Enough free slots for its choices, and the slot it asks for among them."""
+        if req.slot is not None and self._slots[req.slot].busy:
+            return False
+        return self._free_slot_count() >= req.n
 
     # ------------------------------------------------------------ commands
     def _apply_cancels(self, cancels: list[GenerationStream]) -> None:
@@ -350,12 +472,29 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
                 else:
                     self.output.force_reasoning_end(slot)
 
+    def _run_calls(self) -> None:
+        """Slot actions and cache snapshots, before admission: a call whose slot is busy
+        waits for the slot's job to end."""
+        waiting: list[_Call] = []
+        for call in self._deferred:
+            slot = self._slots[call.slot_id] if call.slot_id is not None else None
+            if slot is not None and slot.busy:
+                waiting.append(call)
+                continue
+            if not call.future.set_running_or_notify_cancel():
+                continue
+            try:
+                call.future.set_result(call.fn(slot))
+            except Exception as exc:
+                call.future.set_exception(exc)
+        self._deferred = waiting
+
     # ------------------------------------------------------------ admission
     def _admit(self) -> None:
         """Move waiting requests into free slots, first come first served."""
         while True:
             with self._cv:
-                if not self._queue or self._free_slot_count() < self._queue[0][1].n:
+                if not self._queue or not self._can_start(self._queue[0][1]):
                     return
                 stream, req = self._queue.popleft()
             if stream.cancelled:
@@ -367,7 +506,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
 
     def _start(self, stream: GenerationStream, req: GenerationRequest) -> None:
         use_cache = self.config.cache_prompt and req.cache_prompt
-        parent, lcp = self.memory.pick(self._slots, req.prompt, use_cache)
+        parent, lcp = self.memory.pick(self._slots, req.prompt, use_cache, req.slot)
         if self.cache is not None:
             self.memory.offer(parent, lcp)
             if use_cache:
@@ -421,6 +560,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         if self._checkpoints:
             parent.checkpoint_at = self.memory.checkpoint_positions(parent, req, keep)
         stream.cached_tokens = keep
+        stream.slot_id = parent.seq_id
         stream.admitted.set()
         self.stats.prompt_tokens_cached += keep
 

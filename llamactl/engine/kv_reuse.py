@@ -47,9 +47,14 @@ class SlotMemory:
         """Drop the slot's KV from position `n` on (rejected drafts, companion rows)."""
         llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, n, -1)
 
-    def pick(self, slots: list[Slot], prompt: list[int], use_cache: bool) -> tuple[Slot, int]:
-        """The free slot sharing the largest share of `prompt` (above the similarity
-        threshold), else the least recently used one."""
+    def pick(
+        self, slots: list[Slot], prompt: list[int], use_cache: bool, wanted: int | None = None
+    ) -> tuple[Slot, int]:
+        """Slot `wanted` when one is asked for, else the free slot sharing the largest share
+        of `prompt` (above the similarity threshold), else the least recently used one."""
+        if wanted is not None:
+            slot = slots[wanted]
+            return slot, common_prefix(slot.kv_tokens, prompt) if use_cache else 0
         free = [s for s in slots if not s.busy]
         best, best_lcp = None, 0
         threshold = self.config.slot_prompt_similarity

@@ -35,6 +35,10 @@ class EngineConfig:
     # RAM prompt cache in MiB: -1 no limit, 0 off; None: 8192, but off for decision models
     cache_ram_mib: int | None = None
     cache_idle_slots: bool = True  # save an idle slot's KV before a new request takes it
+    # Directory the prompt cache is written to (on close and every `cache_persist_interval`
+    # seconds; 0: only on close) and read from at start; None: RAM only
+    cache_persist_dir: str | os.PathLike[str] | None = None
+    cache_persist_interval: float = 60.0
     slot_prompt_similarity: float = 0.10  # prefer the idle slot sharing this much of a prompt
     ctx_checkpoints: int = 32  # checkpoints per slot, for models that cannot trim their memory
     checkpoint_min_step: int = 8192  # tokens between checkpoints (the last user message aside)
@@ -70,6 +74,9 @@ class GenerationRequest:
     render_special: bool = False  # show control tokens (e.g. gpt-oss channels) in the text
     ignore_eos: bool = False
     cache_prompt: bool = True
+    # the slot to run in (llama-server's `id_slot`): the request waits for it; None: the
+    # engine picks the idle slot sharing most of the prompt
+    slot: int | None = None
     reasoning: ReasoningSpec | None = None
     # where user messages start in `prompt` (from the chat template's delimiters): the
     # engine checkpoints there on models that cannot trim their memory

@@ -40,6 +40,7 @@ class GenerationStream:
         # prompt tokens reused from a slot's cache; known once the request is admitted
         self.cached_tokens: int | None = None
         self.admitted = threading.Event()
+        self.slot_id: int | None = None  # the slot of its first choice, once admitted
         self.done: list[Done | None] = [None] * n_choices
 
     # ------------------------------------------------------------- producer

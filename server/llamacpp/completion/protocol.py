@@ -34,5 +34,7 @@ class NativeCompletionRequest(SamplingFields):
         None, description="Constrain the output to this JSON Schema"
     )
     id_slot: int = Field(
-        -1, description="Accepted; llamactl picks the slot sharing most of the prompt itself"
+        -1,
+        description="The slot to run in (waiting for it while it is busy; an id past the last"
+        " slot wraps around, as llama-server); -1: the idle slot sharing most of the prompt",
     )

@@ -84,6 +84,7 @@ def start(state: ServerState, body: NativeCompletionRequest) -> NativeJob:
     max_tokens = params.token_limit(field_name, value, state.settings.max_tokens)
     stop = params.stop_strings(state, body.stop)
     prompts, listed = prompts_of(engine, body.prompt)
+    slot = _slot_of(body.id_slot, engine.config.n_parallel)
     generation = [
         GenerationRequest(
             prompt=tokens,
@@ -94,6 +95,7 @@ def start(state: ServerState, body: NativeCompletionRequest) -> NativeJob:
             logprobs=body.n_probs or None,
             cache_prompt=body.cache_prompt,
             ignore_eos=body.ignore_eos,
+            slot=slot,
         )
         for tokens in prompts
     ]
@@ -107,6 +109,15 @@ def start(state: ServerState, body: NativeCompletionRequest) -> NativeJob:
         raise from_engine_error(exc) from exc
     state.metrics.completions += 1
     return NativeJob(model, body, engine, prompts, generation, streams, n, listed)
+
+
+def _slot_of(id_slot: int, n_slots: int) -> int | None:
+    """llama-server's `id_slot`: -1 any slot; an id past the last slot wraps around."""
+    if id_slot == -1:
+        return None
+    if id_slot < 0:
+        raise bad_request("Invalid slot ID")
+    return id_slot % n_slots
 
 
 @dataclass
@@ -143,7 +154,13 @@ def _stop_type(done: Done) -> str:
     return "none"
 
 
-def _final(job: NativeJob, i: int, r: _Result, slot: int) -> dict[str, Any]:
+def _slot_id(job: NativeJob, k: int) -> int:
+    """The slot prompt `k`'s first choice ran in (-1 before it was admitted)."""
+    slot = job.streams[k].slot_id
+    return -1 if slot is None else slot
+
+
+def _final(job: NativeJob, i: int, r: _Result) -> dict[str, Any]:
     k = i // job.n
     done = r.done
     request = job.generation[k]
@@ -151,7 +168,7 @@ def _final(job: NativeJob, i: int, r: _Result, slot: int) -> dict[str, Any]:
         "index": i,
         "content": r.content,
         "tokens": r.tokens if job.request.return_tokens else [],
-        "id_slot": slot,
+        "id_slot": _slot_id(job, k),
         "stop": True,
         "model": job.model,
         "tokens_predicted": done.usage.completion_tokens if done else len(r.tokens),
@@ -186,7 +203,7 @@ async def complete(job: NativeJob, request: Request) -> dict[str, Any] | list[di
                     r.probs += _probs(job.engine, event)
     finally:
         job.cancel()
-    answers = [_final(job, i, r, -1) for i, r in enumerate(results)]
+    answers = [_final(job, i, r) for i, r in enumerate(results)]
     return answers if job.listed or len(answers) > 1 else answers[0]
 
 
@@ -200,7 +217,7 @@ async def stream_frames(job: NativeJob) -> AsyncIterator[str]:
             r = results[i]
             if isinstance(event, Done):
                 r.done = event
-                final = _final(job, i, r, -1)
+                final = _final(job, i, r)
                 final["content"], final["tokens"] = "", []  # sent in the partial chunks
                 yield data_frame(final)
                 continue
@@ -211,7 +228,7 @@ async def stream_frames(job: NativeJob) -> AsyncIterator[str]:
                 "content": event.text,
                 "tokens": list(event.token_ids) if job.request.return_tokens else [],
                 "stop": False,
-                "id_slot": -1,
+                "id_slot": _slot_id(job, k),
                 "tokens_predicted": len(r.tokens),
                 "tokens_evaluated": len(job.prompts[k]),
             }

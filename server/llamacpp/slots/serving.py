@@ -1,4 +1,4 @@
-"""Slot snapshots in llama-server's `/slots` shape."""
+"""Slot snapshots in llama-server's `/slots` shape, and the slot files' name rules."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from llamactl import Engine, SlotInfo
 
 from ..generation_params import generation_params
 
-__all__ = ["slot_json"]
+__all__ = ["slot_json", "valid_filename"]
 
 
 def slot_json(engine: Engine, slot: SlotInfo) -> dict[str, Any]:
@@ -42,3 +42,24 @@ def slot_json(engine: Engine, slot: SlotInfo) -> dict[str, Any]:
         "generated": model.detokenize(list(job.generated), special=True),
     }
     return out
+
+
+# Characters llama-server's fs_validate_filename refuses besides the path separators
+_FORBIDDEN = set(':*?"<>|/\\') | {"\uff0e", "\u2215", "\u2216", "\ufffd", "\ufeff"}
+
+
+def valid_filename(name: str) -> bool:
+    """A plain file name, as llama-server's `fs_validate_filename` accepts one: no directory
+    part, no `..`, no control characters or lookalikes of `/` `\\` `.`, at most 255 bytes, no
+    leading or trailing space, no trailing dot."""
+    if not name or len(name.encode("utf-8", "surrogatepass")) > 255 or name == ".":
+        return False
+    for ch in name:
+        c = ord(ch)
+        if c <= 0x1F or c == 0x7F or 0x80 <= c <= 0x9F or 0xD800 <= c <= 0xDFFF:
+            return False
+        if ch in _FORBIDDEN:
+            return False
+    if name[0] == " " or name[-1] in " .":
+        return False
+    return ".." not in name

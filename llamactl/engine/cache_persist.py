@@ -1,0 +1,175 @@
+"""The RAM prompt cache kept on disk (`--cache-persist DIR`), so a restart does not forget it.
+
+One file per saved sequence, in the state-file form (`state_file.py`), named
+`<identity key>-<tokens hash>.llkv`: the key names the model file and KV layout, so several
+models can share DIR, and the tokens hash makes a file's name say what it holds, so a sequence
+already on disk is never written again. Reading trusts the header, not the name: a file for
+other weights or another layout is ignored, a corrupt or truncated one is skipped with a
+warning. Writing keeps what fits the cache's byte limit, newest first, and removes this
+identity's files that are no longer in the cache (others' files are never touched).
+
+Writes run off the decode thread: the engine hands over references to immutable state
+buffers (cache entries) and fresh copies of idle slots' states, taken between decode steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from llamactl.core.errors import LlamactlError
+
+from .prompt_cache import PromptCache
+from .seq_store import SeqStore
+from .slot import Slot
+from .state_file import (
+    SeqSnapshot,
+    StateFileCorrupt,
+    StateFileError,
+    StateFileMismatch,
+    StateIdentity,
+    read_state_file,
+    write_state_file,
+)
+
+__all__ = ["SUFFIX", "CachePersister", "PersistItem", "persist_items"]
+
+log = logging.getLogger("llamactl.engine")
+
+SUFFIX = ".llkv"
+
+
+@dataclass
+class PersistItem:
+    """One sequence the cache holds now; `snap` is None when its file is already written."""
+
+    name: str
+    nbytes: int
+    snap: SeqSnapshot | None
+
+
+class CachePersister:
+    """Reads and writes one identity's prompt-cache files in `directory`.
+
+    Only one thread uses it at a time (the engine's persist thread, then its closer).
+    """
+
+    def __init__(self, directory: Path, identity: StateIdentity, limit: int | None) -> None:
+        self.directory = directory
+        self.identity = identity
+        self.limit = limit  # bytes; None: no limit
+        self.prefix = identity.key() + "-"
+        self._written: dict[str, int] = {}  # this identity's sound files on disk -> state bytes
+
+    def name_for(self, tokens: list[int]) -> str:
+        digest = hashlib.sha256(struct.pack(f"<{len(tokens)}i", *tokens)).hexdigest()[:32]
+        return f"{self.prefix}{digest}{SUFFIX}"
+
+    def on_disk(self, name: str) -> int | None:
+        """The state bytes of `name` when it is written and sound, else None."""
+        return self._written.get(name)
+
+    def load(self) -> list[SeqSnapshot]:
+        """Every sound file written for this identity, oldest first; others are skipped."""
+        try:
+            paths = [p for p in self.directory.iterdir() if p.name.endswith(SUFFIX)]
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            log.warning("prompt cache: cannot read %s: %s", self.directory, exc)
+            return []
+        found: list[tuple[float, str, SeqSnapshot]] = []
+        for path in paths:
+            try:
+                mtime = path.stat().st_mtime
+                snap, _ = read_state_file(path, self.identity)
+            except StateFileMismatch:
+                log.debug("prompt cache: %s is for another model or layout; ignored", path.name)
+                continue
+            except (StateFileCorrupt, StateFileError, OSError) as exc:
+                log.warning("prompt cache: skipped %s: %s", path, exc)
+                continue
+            if path.name != self.name_for(snap.tokens):
+                log.warning("prompt cache: skipped %s: its name does not match its tokens", path)
+                continue
+            found.append((mtime, path.name, snap))
+        found.sort(key=lambda f: f[0])
+        for _, name, snap in found:
+            self._written[name] = snap.nbytes
+        if found:
+            log.info("prompt cache: %d saved prompts read from %s", len(found), self.directory)
+        return [snap for _, _, snap in found]
+
+    def write(self, items: list[PersistItem]) -> int:
+        """Make the directory hold `items` (newest first) up to the byte limit; return the
+        files written. A file that cannot be written is skipped with a warning."""
+        keep: set[str] = set()
+        total = 0
+        written = 0
+        for item in items:
+            if item.name in keep:
+                continue
+            if self.limit is not None and total + item.nbytes > self.limit:
+                continue
+            if item.name not in self._written:
+                if item.snap is None:
+                    continue
+                try:
+                    write_state_file(
+                        self.directory / item.name, self.identity, item.snap, kind="cache"
+                    )
+                except OSError as exc:
+                    log.warning("prompt cache: could not write %s: %s", item.name, exc)
+                    continue
+                self._written[item.name] = item.nbytes
+                written += 1
+            keep.add(item.name)
+            total += item.nbytes
+        for name in list(self._written):
+            if name not in keep:
+                del self._written[name]
+                with contextlib.suppress(FileNotFoundError):
+                    (self.directory / name).unlink()
+        self._remove_stale(keep)
+        return written
+
+    def _remove_stale(self, keep: set[str]) -> None:
+        """This identity's files that are neither kept nor sound (corrupt leftovers)."""
+        try:
+            names = [p.name for p in self.directory.iterdir()]
+        except OSError:
+            return
+        for name in names:
+            if name.startswith(self.prefix) and name.endswith(SUFFIX) and name not in keep:
+                with contextlib.suppress(OSError):
+                    (self.directory / name).unlink()
+
+
+def persist_items(
+    persister: CachePersister, cache: PromptCache, slots: list[Slot], store: SeqStore
+) -> list[PersistItem]:
+    """What the on-disk cache should hold, newest first: idle slots' finished prompts (copied
+    now unless already on disk), then the RAM cache's entries (their buffers are never
+    changed once made, so the writer may read them on another thread). Decode thread only."""
+    items: list[PersistItem] = []
+    for slot in sorted(slots, key=lambda s: -s.last_used):
+        if slot.busy or not slot.saveable or not slot.kv_tokens:
+            continue
+        name = persister.name_for(slot.kv_tokens)
+        size = persister.on_disk(name)
+        if size is not None:
+            items.append(PersistItem(name, size, None))
+            continue
+        try:
+            snap = store.snapshot(slot)
+        except LlamactlError:
+            continue
+        items.append(PersistItem(name, snap.nbytes, snap))
+    for entry in reversed(cache.entries):
+        snap = SeqSnapshot(entry.tokens, entry.state, entry.checkpoints)
+        items.append(PersistItem(persister.name_for(entry.tokens), snap.nbytes, snap))
+    return items
