@@ -10,11 +10,11 @@ from typing import Annotated, Any
 
 import typer
 
+from llamactl import ConfigError
 from llamactl.cli._output import stderr_console
 from llamactl.cli._settings_options import settings_options
 from llamactl.config import load_settings
 from llamactl.config.fields import ROUTER_PANEL, SERVE, SERVER_PANEL
-from llamactl.core.errors import ConfigError
 from llamactl.engine_settings import chat_template, chat_template_kwargs
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
