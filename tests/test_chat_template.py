@@ -546,3 +546,27 @@ def test_templates_get_todays_date_as_llama_cpp_gives_it():
     hi = [{"role": "user", "content": "What is today?"}]
     assert f"Today Date: {datetime.date.today():%d %b %Y}\n" in template.render(hi)
     assert "Today Date: 01 Jan 2030" in template.render(hi, date_string="01 Jan 2030")
+
+
+def test_llama_cpp_builtin_templates_by_name():
+    """`--chat-template gemma` (or any name llama.cpp lists) writes the prompt with llama.cpp's
+    own C++ format; text parts joined by a newline; tools are refused, not dropped."""
+    from llamactl.engine.chat.builtin import BuiltinTemplate, builtin_template_names
+
+    assert {"llama2", "llama3", "gemma", "mistral-v7", "phi3", "chatml"} <= builtin_template_names()
+    gemma = BuiltinTemplate("gemma")
+    hi = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "you"}],
+        }
+    ]
+    assert gemma.render(hi) == "<start_of_turn>user\nHi\nyou<end_of_turn>\n<start_of_turn>model\n"
+    cont = [*hi, {"role": "assistant", "content": "Hello, fri"}]
+    assert gemma.render(cont, add_generation_prompt=False, continue_final_message=True).endswith(
+        "<start_of_turn>model\nHello, fri"
+    )
+    with pytest.raises(TemplateError, match="cannot show tools"):
+        gemma.render(hi, tools=[{"type": "function", "function": {"name": "f"}}])
+    with pytest.raises(TemplateError, match="not one of"):
+        BuiltinTemplate("klingon")

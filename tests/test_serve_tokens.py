@@ -139,3 +139,14 @@ def test_templates_think_unless_told_not_to_as_llama_server(command_r7b_server) 
     off = {"messages": HI, "chat_template_kwargs": {"enable_thinking": False}}
     prompt = post(command_r7b_server, "/apply-template", off).json()["prompt"]
     assert prompt.endswith("<|CHATBOT_TOKEN|><|START_THINKING|><|END_THINKING|>")
+
+
+def test_a_builtin_template_name_chooses_llama_cpps_format(server) -> None:
+    """What `--chat-template llama3` gives the chat model: llama.cpp's format, tokenised."""
+    from llamactl import ChatModel, ChatRequest
+
+    chat = ChatModel(server.state.engine, "llama3")
+    rendered = chat.render(ChatRequest(messages=HI))
+    assert rendered.text.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>" in rendered.text
+    assert rendered.tokens == server.state.engine.model.tokenize(rendered.text, add_special=True)

@@ -453,8 +453,8 @@ class Settings:
     chat_template: Annotated[
         str | None,
         Field(
-            description="A template replacing the model's: `chatml`, or Jinja text"
-            " (llama-server's --chat-template); --chat-template-file wins."
+            description="A template replacing the model's: a llama.cpp built-in name (chatml,"
+            " llama3, gemma, mistral-v7, ...) or Jinja text; --chat-template-file wins."
         ),
         Flag(_MODEL, metavar="NAME|JINJA"),
     ] = None

@@ -62,6 +62,10 @@ class llama_context_params(ctypes.Structure):
 class llama_sampler_chain_params(ctypes.Structure):
     no_perf: bool
 
+class llama_chat_message(ctypes.Structure):
+    role: bytes | None
+    content: bytes | None
+
 class llama_logit_bias(ctypes.Structure):
     token: int
     bias: float
@@ -211,3 +215,15 @@ def llama_sampler_init_logit_bias(
 def llama_sampler_init_grammar(
     vocab: llama_vocab_p, grammar_str: bytes, grammar_root: bytes, /
 ) -> llama_sampler_p | None: ...
+
+# chat formats llama.cpp writes in C++ (`--chat-template llama2`)
+def llama_chat_apply_template(
+    tmpl: bytes,
+    chat: ctypes.Array[llama_chat_message],
+    n_msg: int,
+    add_ass: bool,
+    buf: ctypes.Array[ctypes.c_char],
+    length: int,
+    /,
+) -> int: ...
+def llama_chat_builtin_templates(output: ctypes.Array[ctypes.c_char_p], len: int, /) -> int: ...

@@ -39,6 +39,7 @@ from . import (
     tool_call_format,
     tool_call_grammar,
 )
+from .builtin import BuiltinTemplate, builtin_template_names
 from .reasoning import RawAndReasoning
 from .spans import message_delimiters, tokenize_delimiters, user_starts
 
@@ -80,9 +81,13 @@ class ChatModel:
         self.engine = engine
         info = engine.model.info
         self.template_source = template or info.chat_template or CHATML_TEMPLATE
-        self.template = ChatTemplate(
-            self.template_source, bos_token=info.bos_token, eos_token=info.eos_token
-        )
+        self.template: ChatTemplate | BuiltinTemplate
+        if self.template_source in builtin_template_names():  # `--chat-template llama2`
+            self.template = BuiltinTemplate(self.template_source)
+        else:
+            self.template = ChatTemplate(
+                self.template_source, bos_token=info.bos_token, eos_token=info.eos_token
+            )
         self.markers: ThinkingMarkers | None = self.template.markers
         # Unknown families get Hermes' <tool_call> JSON, the common default of fine-tunes.
         self.tool_format: ToolCallFormat = (

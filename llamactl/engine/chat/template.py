@@ -96,12 +96,12 @@ class ChatTemplate:
         check_messages(messages)
         if not continue_final_message:
             return self._render(messages, tools, add_generation_prompt, template_kwargs)
-        prefill = _prefill_text(messages)
+        prefill = prefill_text(messages)
         if not prefill.strip():
             # Nothing to continue: that is just a fresh assistant turn.
             return self._render(messages[:-1], tools, True, template_kwargs)
         rendered = self._render(messages, tools, False, template_kwargs)
-        return _cut_after(rendered, prefill)
+        return cut_after_prefill(rendered, prefill)
 
     def _render(
         self,
@@ -146,7 +146,7 @@ def _template_error(exc: Exception) -> TemplateError:
     return TemplateError(f"the chat template failed to render: {type(exc).__name__}: {exc}")
 
 
-def _prefill_text(messages: Sequence[Message]) -> str:
+def prefill_text(messages: Sequence[Message]) -> str:  # also for BuiltinTemplate
     """The text the model is to continue; checks the conversation ends with one assistant turn."""
     if not messages or messages[-1].get("role") != "assistant":
         raise TemplateError("continue_final_message needs the last message to be the assistant's.")
@@ -157,7 +157,7 @@ def _prefill_text(messages: Sequence[Message]) -> str:
     return texts[-1] if texts else ""
 
 
-def _cut_after(rendered: str, prefill: str) -> str:
+def cut_after_prefill(rendered: str, prefill: str) -> str:
     """Drop whatever the template rendered after the final message's text (end-of-turn tokens)."""
     core = prefill.strip()
     at = rendered.rfind(core)
