@@ -32,7 +32,7 @@ __all__ = [
     "MediaInput",
     "MediaPrompt",
     "MediaSpan",
-    "UNSUPPORTED_MESSAGES",
+    "UNSUPPORTED_MEDIA_MESSAGES",
     "open_chat_projector",
     "tokenize_media",
 ]
@@ -40,7 +40,7 @@ __all__ = [
 MediaKind = Literal["image", "audio"]
 
 # llama-server's words when a request carries media the model cannot read
-UNSUPPORTED_MESSAGES: dict[str, str] = {
+UNSUPPORTED_MEDIA_MESSAGES: dict[str, str] = {
     kind: f"{kind} input is not supported - hint: if this is unexpected, you may need to "
     "provide the mmproj"
     for kind in ("image", "audio")
@@ -199,7 +199,7 @@ def tokenize_media(
     try:
         for i, m in enumerate(media):
             if not projector.supports(m.kind):
-                raise InvalidRequestError(UNSUPPORTED_MESSAGES[m.kind])
+                raise InvalidRequestError(UNSUPPORTED_MEDIA_MESSAGES[m.kind])
             if not m.data:
                 raise InvalidRequestError(f"media {i} ({m.kind}) is empty")
             buf = (ctypes.c_uint8 * len(m.data)).from_buffer_copy(m.data)
@@ -214,7 +214,9 @@ def tokenize_media(
                 what = "audio" if is_audio else "an image"
                 raise InvalidRequestError(f"media {i} was sent as {m.kind} but holds {what}")
             if not projector.supports("audio" if is_audio else "image"):
-                raise InvalidRequestError(UNSUPPORTED_MESSAGES["audio" if is_audio else "image"])
+                raise InvalidRequestError(
+                    UNSUPPORTED_MEDIA_MESSAGES["audio" if is_audio else "image"]
+                )
             key = media_key(m.data)
             keys.append(key)
             mtmd.mtmd_bitmap_set_id(bitmap, str(i).encode())

@@ -10,6 +10,8 @@ mtmd_input_chunks_p = NewType("mtmd_input_chunks_p", int)
 mtmd_bitmap_p_ctypes: TypeAlias = ctypes.c_void_p
 
 MTMD_INPUT_CHUNK_TYPE_TEXT: int
+MTMD_INPUT_CHUNK_TYPE_IMAGE: int
+MTMD_INPUT_CHUNK_TYPE_AUDIO: int
 
 class mtmd_context_params(ctypes.Structure):
     use_gpu: bool

@@ -14,7 +14,7 @@ from typing import Any
 from llamactl.core.errors import ContextLengthError, InvalidRequestError
 
 from ..engine import Engine, GenerationRequest, ReasoningSpec
-from ..media_prompt import UNSUPPORTED_MESSAGES, MediaInput, MediaPrompt, tokenize_media
+from ..media_prompt import UNSUPPORTED_MEDIA_MESSAGES, MediaInput, MediaPrompt, tokenize_media
 from ..stream import GenerationStream
 from ..types import (
     ChatEvent,
@@ -149,7 +149,7 @@ class ChatModel:
     ) -> MediaPrompt:
         projector = self.engine.projector
         if projector is None:
-            raise InvalidRequestError(UNSUPPORTED_MESSAGES[media[0].kind])
+            raise InvalidRequestError(UNSUPPORTED_MEDIA_MESSAGES[media[0].kind])
         return tokenize_media(projector, text, media, add_special=add_special)
 
     def _opens_reasoning(self, text: str) -> bool:
