@@ -193,6 +193,11 @@ def tokenize_media(
     Bad input is an InvalidRequestError: media the projector cannot read, a file mtmd cannot
     decode, markers and media that do not pair up.
     """
+    markers = text.count(projector.marker)
+    if markers != len(media):
+        raise InvalidRequestError(
+            f"the prompt's media markers ({markers}) do not match its {len(media)} media"
+        )
     bitmaps: list[mtmd.mtmd_bitmap_p] = []
     keys: list[bytes] = []
     chunks = require(mtmd.mtmd_input_chunks_init(), "mtmd_input_chunks_init")
@@ -224,11 +229,6 @@ def tokenize_media(
         inp = mtmd.mtmd_input_text(data, len(data), add_special, True)
         array = (mtmd.mtmd_bitmap_p_ctypes * len(bitmaps))(*bitmaps)
         rc = mtmd.mtmd_tokenize(projector.ctx, chunks, ctypes.byref(inp), array, len(bitmaps))
-        if rc == 1:
-            raise InvalidRequestError(
-                f"the prompt's media markers ({text.count(projector.marker)}) do not match "
-                f"its {len(bitmaps)} media"
-            )
         if rc != 0:
             raise InvalidRequestError(f"mtmd could not preprocess the media (error {rc})")
         tokens, spans = _flatten(chunks, keys)
