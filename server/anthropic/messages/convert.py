@@ -88,14 +88,16 @@ def _image_part(where: str, block: ImageBlockParam) -> dict[str, Any]:
     source = block.source
     if source.type != "base64":
         raise bad_request(
-            f"Field '{where}.source.type': '{source.type}' image sources are not supported "
+            f"Field '{where}': 'image' blocks with a '{source.type}' source are not supported "
             "(llamactl never downloads); send the image as 'base64'"
         )
     if not source.data:
-        raise bad_request(f"Field '{where}.source.data' is required")
+        raise bad_request(f"Field '{where}': the 'image' block's source.data is required")
     media_type = source.media_type or "image/png"
     if not media_type.startswith("image/"):
-        raise bad_request(f"Field '{where}.source.media_type': expected an image type")
+        raise bad_request(
+            f"Field '{where}': the 'image' block's source.media_type must be an image type"
+        )
     return {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{source.data}"}}
 
 
