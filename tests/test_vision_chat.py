@@ -1,11 +1,13 @@
-"""Images in chat through mtmd, on a tiny converted LFM2-VL pair: a plain `lfm2` chat GGUF (the
-text trunk of the synthetic lfm2-d1 checkpoint, without its decision keys) and the SigLIP
-mmproj the project's converter writes for it (n_embd 64 on both sides).
+"""Images in chat through mtmd, on tiny converted pairs: the SigLIP mmproj the project's
+converter writes for the synthetic lfm2-d1 checkpoint (projection dim 64), served beside a
+plain chat GGUF of n_embd 64 (a decision trunk without its head and decision keys): lfm2-d1's
+own `lfm2` trunk (hybrid: short convolutions + attention, so its KV cannot be trimmed and reuse
+goes through checkpoints) and openjev-qwen3's `qwen3` trunk (attention only: f16 KV with
+companion rows). The server tests use the LFM2 pair, the real LFM2-VL layout.
 
-The model is random, so its greedy text is one repeated token whatever it sees; what an image
+The models are random, so greedy text is one repeated token whatever they see; what an image
 changes is the distribution the answer is drawn from, so tests compare greedy top logprobs (and
-seeded samples, for concurrency). The model is hybrid (short convolutions + attention): its KV
-cannot be trimmed, so reuse goes through checkpoints, the hardest path for media spans.
+seeded samples, for concurrency).
 """
 
 from __future__ import annotations
@@ -81,22 +83,29 @@ def write_chat_copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+def chat_trunk(factory, family: str) -> Path:
+    out = factory.mktemp(family.replace("-", "_") + "_chat")
+    gguf = convert(cached(factory, family), out / "decision.gguf").outfile
+    return write_chat_copy(gguf, out / "chat.gguf")
+
+
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> tuple[Path, Path]:
-    """(chat GGUF, mmproj GGUF), built once per module."""
+    """(the LFM2 chat GGUF, the mmproj GGUF), built once per module."""
     out = tmp_path_factory.mktemp("vlm")
-    src = cached(tmp_path_factory, "lfm2-d1")
-    d1 = convert(src, out / "d1.gguf").outfile
-    proj = convert(src, out / "d1.gguf", mmproj=True).outfile
-    chat = write_chat_copy(d1, out / "lfm2-vl.gguf")
+    proj = convert(cached(tmp_path_factory, "lfm2-d1"), out / "d1.gguf", mmproj=True).outfile
+    chat = chat_trunk(tmp_path_factory, "lfm2-d1")
     info = read_gguf_info(chat)
     assert info.architecture == "lfm2" and "chat" in info.capabilities
     return chat, proj
 
 
-@pytest.fixture(scope="module")
-def vlm(pair):
-    model = Model(pair[0])
+@pytest.fixture(scope="module", params=["lfm2-d1", "openjev-qwen3"])
+def vlm(request, pair, tmp_path_factory):
+    """The chat model the engine tests pair with the mmproj: each trunk in turn."""
+    path = pair[0] if request.param == "lfm2-d1" else chat_trunk(tmp_path_factory, request.param)
+    model = Model(path)
+    assert model.info.n_embd == 64 and model.info.is_hybrid == (request.param == "lfm2-d1")
     yield model
     model.close()
 
@@ -108,7 +117,7 @@ def engine(model: Model, mmproj: Path | None, **kw) -> Engine:
     return eng
 
 
-def request(chat: ChatModel, images: list[bytes], text: str = "What is this?", **kw):
+def ask(chat: ChatModel, images: list[bytes], text: str = "What is this?", **kw):
     content = text + "".join(f"\n{chat.media_marker}" for _ in images)
     kw.setdefault("sampling", GREEDY)
     kw.setdefault("max_tokens", 3)
@@ -143,11 +152,11 @@ def run(chat: ChatModel, req: ChatRequest):
 def test_the_image_changes_the_answer_and_each_image_its_own(vlm, pair):
     with engine(vlm, pair[1], cache_ram_mib=0) as eng:
         chat = ChatModel(eng)
-        text = run(chat, request(chat, [], cache_prompt=False))
-        one = run(chat, request(chat, [IMG1], cache_prompt=False))
-        two = run(chat, request(chat, [IMG2], cache_prompt=False))
-        wide = run(chat, request(chat, [png(256, 64, 3)], cache_prompt=False))
-        both = run(chat, request(chat, [IMG1, IMG2], cache_prompt=False))
+        text = run(chat, ask(chat, [], cache_prompt=False))
+        one = run(chat, ask(chat, [IMG1], cache_prompt=False))
+        two = run(chat, ask(chat, [IMG2], cache_prompt=False))
+        wide = run(chat, ask(chat, [png(256, 64, 3)], cache_prompt=False))
+        both = run(chat, ask(chat, [IMG1, IMG2], cache_prompt=False))
     assert one[1] != text[1] and two[1] != one[1]  # what the model would answer
     assert one[2] > text[2] + 16  # the image fills KV positions of its own
     assert one[2] == two[2]  # same size, same number of positions
@@ -158,7 +167,7 @@ def test_the_image_changes_the_answer_and_each_image_its_own(vlm, pair):
 def test_a_rendered_prompt_holds_one_span_per_image(vlm, pair):
     with engine(vlm, pair[1]) as eng:
         chat = ChatModel(eng)
-        rendered = chat.render(request(chat, [IMG1, IMG2]))
+        rendered = chat.render(ask(chat, [IMG1, IMG2]))
         media = rendered.media
         assert media is not None and media.n_media == 2
         a, b = media.spans
@@ -166,7 +175,7 @@ def test_a_rendered_prompt_holds_one_span_per_image(vlm, pair):
         assert all(t < 0 for t in rendered.tokens[a.start : a.end])
         assert all(t >= 0 for t in media.text_tokens())
         # the same image twice stands for the same ids; another image for others
-        again = chat.render(request(chat, [IMG1, IMG1])).media
+        again = chat.render(ask(chat, [IMG1, IMG1])).media
         assert again is not None
         first = rendered.tokens[a.start : a.end]
         assert again.tokens[a.start : a.end] == first
@@ -178,15 +187,15 @@ def test_a_rendered_prompt_holds_one_span_per_image(vlm, pair):
 def test_the_same_image_reuses_the_cache_and_another_never_does(vlm, pair):
     with engine(vlm, pair[1], cache_ram_mib=0) as eng:
         chat = ChatModel(eng)
-        cold1 = run(chat, request(chat, [IMG1], cache_prompt=False))
-        cold2 = run(chat, request(chat, [IMG2], cache_prompt=False))
+        cold1 = run(chat, ask(chat, [IMG1], cache_prompt=False))
+        cold2 = run(chat, ask(chat, [IMG2], cache_prompt=False))
     with engine(vlm, pair[1], cache_ram_mib=256) as eng:
         chat = ChatModel(eng)
-        span = chat.render(request(chat, [IMG1])).media.spans[0]  # type: ignore[union-attr]
-        first = run(chat, request(chat, [IMG1]))
-        again = run(chat, request(chat, [IMG1]))
-        other = run(chat, request(chat, [IMG2]))  # same text, another image
-        back = run(chat, request(chat, [IMG1]))  # from the RAM prompt cache
+        span = chat.render(ask(chat, [IMG1])).media.spans[0]  # type: ignore[union-attr]
+        first = run(chat, ask(chat, [IMG1]))
+        again = run(chat, ask(chat, [IMG1]))
+        other = run(chat, ask(chat, [IMG2]))  # same text, another image
+        back = run(chat, ask(chat, [IMG1]))  # from the RAM prompt cache
     assert first[:2] == cold1[:2] and again[:2] == cold1[:2] and back[:2] == cold1[:2]
     assert other[:2] == cold2[:2]
     assert again[3] >= span.end  # the image itself came from the KV
@@ -197,7 +206,7 @@ def test_the_same_image_reuses_the_cache_and_another_never_does(vlm, pair):
 def test_concurrent_sessions_with_images_answer_as_alone(vlm, pair):
     images = [IMG1, IMG2, png(96, 64, 5), None]
     reqs = lambda chat: [  # noqa: E731
-        request(chat, [i] if i else [], text=f"Picture {k}", sampling=SEEDED, max_tokens=6)
+        ask(chat, [i] if i else [], text=f"Picture {k}", sampling=SEEDED, max_tokens=6)
         for k, i in enumerate(images)
     ]
     with engine(vlm, pair[1], n_parallel=4, cache_ram_mib=0) as eng:
@@ -216,15 +225,30 @@ def test_concurrent_sessions_with_images_answer_as_alone(vlm, pair):
     assert together == alone
 
 
+def test_n_choices_share_one_decoded_image(vlm, pair):
+    with engine(vlm, pair[1], n_parallel=2, cache_ram_mib=0) as eng:
+        chat = ChatModel(eng)
+        alone = run(chat, ask(chat, [IMG1], cache_prompt=False))
+        firsts: dict[int, list] = {}
+        tokens: dict[int, list[int]] = {0: [], 1: []}
+        for event in chat.start(ask(chat, [IMG1], n=2, cache_prompt=False)).raw:
+            if isinstance(event, TextDelta):
+                for chosen, top in event.logprobs:
+                    tokens[event.index].append(chosen.token)
+                    firsts.setdefault(event.index, [(t.token, round(t.logprob, 4)) for t in top])
+    assert firsts[0] == firsts[1] == alone[1]
+    assert tokens[0] == tokens[1] == alone[0]
+
+
 def test_media_errors(vlm, pair):
     with engine(vlm, None) as eng:
         chat = ChatModel(eng)
         with pytest.raises(InvalidRequestError, match="image input is not supported - hint"):
-            chat.start(request(chat, [IMG1]))
+            chat.start(ask(chat, [IMG1]))
     with engine(vlm, pair[1]) as eng:
         chat = ChatModel(eng)
         with pytest.raises(InvalidRequestError, match="could not be decoded"):
-            chat.start(request(chat, [b"not an image at all"]))
+            chat.start(ask(chat, [b"not an image at all"]))
         with pytest.raises(InvalidRequestError, match="audio input is not supported"):
             chat.start(
                 ChatRequest(
@@ -233,9 +257,9 @@ def test_media_errors(vlm, pair):
                 )
             )
         with pytest.raises(InvalidRequestError, match="media markers"):
-            chat.start(request(chat, [IMG1], text=f"two {chat.media_marker}"))
+            chat.start(ask(chat, [IMG1], text=f"two {chat.media_marker}"))
         assert eng.busy_slots == 0  # nothing was left behind
-        ok = run(chat, request(chat, [IMG1]))
+        ok = run(chat, ask(chat, [IMG1]))
         assert ok[2] > 0
 
 
