@@ -85,7 +85,7 @@ def serve_command(
         typer.Option(
             "--mmproj",
             help="The model's multimodal projector: images (and audio) in chat, or a decision"
-            " model's (default for those: mmproj-<model file> beside it).",
+            " model's (default for those: mmproj-MODEL-FILE beside it).",
             show_default=False,
         ),
     ] = None,
