@@ -25,8 +25,10 @@ import pytest
 from llamactl.converters import convert, trunk_plan
 from serverkit import hermetic_settings, serve_app
 from synthetic_checkpoints import cached
+from typer.testing import CliRunner
 
-from llamactl.core.errors import InvalidRequestError
+from llamactl.cli.main import app
+from llamactl.core.errors import InvalidRequestError, ModelLoadError
 from llamactl.core.gguf_info import read_gguf_info
 from llamactl.engine.chat.model import ChatModel, ChatRequest
 from llamactl.engine.decision.trunk import write_trunk
@@ -261,6 +263,20 @@ def test_media_errors(vlm, pair):
         assert eng.busy_slots == 0  # nothing was left behind
         ok = run(chat, ask(chat, [IMG1]))
         assert ok[2] > 0
+
+
+def test_a_projector_that_is_not_one_is_refused_at_load(vlm, pair, tmp_path):
+    with engine(vlm, None) as eng:
+        with pytest.raises(ModelLoadError, match="mmproj file not found"):
+            eng.attach_projector(tmp_path / "mmproj-none.gguf")
+        with pytest.raises(ModelLoadError, match="not an mmproj file"):
+            eng.attach_projector(pair[0])
+        assert eng.projector is None
+
+
+def test_media_path_must_be_a_directory(tmp_path):
+    result = CliRunner().invoke(app, ["serve", "--media-path", str(tmp_path / "none")])
+    assert result.exit_code == 2 and "not a directory" in result.output
 
 
 # --------------------------------------------------------------------------- server
