@@ -121,7 +121,6 @@ complete -c llamactl -n '__fish_seen_subcommand_from serve' -l no-slots -l slots
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l props -d 'Allow POST /props (GET /props is always served) [off]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l jinja -l no-jinja -d 'Chat templates are always rendered with Jinja; --no-jinja is accepted for llama-server command lines and changes nothing [on]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l cont-batching -l no-cont-batching -d 'Batching is always continuous; accepted for llama-server command lines (--no-cont-batching changes nothing) [on]'
-complete -c llamactl -n '__fish_seen_subcommand_from serve' -l mmproj-offload -l no-mmproj-offload -d 'The projector runs on the CPU, as the model does; accepted for llama-server command lines (--no-mmproj-offload changes nothing) [on]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l kv-unified -l no-kv-unified -d 'One KV buffer for all slots (outputs then vary with load) [off]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l flash-attn -x -d 'Flash attention: auto, on or off [on]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l cache-type -x -d 'KV cache type: auto (f16, outputs independent of batching; bf16 for recurrent, hybrid and sliding-window models), bf16, f16 or q8_0 [auto]'
@@ -168,6 +167,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from serve' -l log-file -r -F -d
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l log-format -x -d 'text, or json: one JSON object per line (llama-server\'s --log-jsonl)'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l mmproj -r -F -d 'The model\'s multimodal projector: images (and audio) in chat, or a decision model\'s (default for those: mmproj-MODEL-FILE beside it)'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l no-mmproj -d 'Serve without a projector, even one given or found beside the model'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l mmproj-offload -l no-mmproj-offload -d 'Accepted for llama-server command lines: the projector runs on the CPU, as the model does'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s h -l help -d 'Show this message and exit'
 
 # llamactl stop

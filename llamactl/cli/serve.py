@@ -96,12 +96,22 @@ def serve_command(
             help="Serve without a projector, even one given or found beside the model.",
         ),
     ] = False,
+    mmproj_offload: Annotated[
+        bool,
+        typer.Option(
+            "--mmproj-offload/--no-mmproj-offload",
+            help="Accepted for llama-server command lines: the projector runs on the CPU, as"
+            " the model does.",
+        ),
+    ] = True,
 ) -> None:
     """Serve the model over HTTP: OpenAI chat completions, completions, Responses and the
     Realtime websocket, Anthropic Messages, /tts and /v1/systemone, batched across --parallel
     slots; with --models-dir or --models-preset, a router over many models."""
     from llamactl.models import resolve_model
     from llamactl.server.app import create_app
+
+    del mmproj_offload  # CPU only: there is nothing to offload
 
     if log_level.lower() not in LOG_LEVELS:  # uvicorn would fail later with a ValueError
         raise typer.BadParameter(

@@ -353,14 +353,6 @@ class Settings:
         ),
         Flag(_COMPAT, commands=frozenset({SERVE}), short="-cb"),
     ] = True
-    mmproj_offload: Annotated[
-        bool,
-        Field(
-            description="The projector runs on the CPU, as the model does; accepted for"
-            " llama-server command lines (--no-mmproj-offload changes nothing)."
-        ),
-        Flag(_COMPAT, commands=frozenset({SERVE})),
-    ] = True
     kv_unified: Annotated[
         bool,
         Field(description="One KV buffer for all slots (outputs then vary with load)."),
