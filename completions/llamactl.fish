@@ -115,6 +115,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from serve' -l tags -x -d 'Tags 
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l embedding -l embeddings -d 'Serve embeddings too (/v1/embeddings, /embedding): a second context of the model, with embeddings on [off]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l pooling -x -d 'Embedding pooling: none, mean, cls, last or rank [the model\'s]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l embd-normalize -x -d 'Embedding normalization: -1 none, 0 max-abs (int16), 1 taxicab, 2 euclidean, p > 2 the p-norm [2]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l media-path -r -F -d 'Directory of local media files: chat requests may name an image or audio file in it as file://RELATIVE-PATH; none: file:// URLs are refused [none]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l strict-model-names -d 'Refuse requests naming another model (400); by default any name is answered by the one model, as llama-server does [off]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l no-slots -l slots -d 'Serve GET /slots (each slot\'s state) [on]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l props -d 'Allow POST /props (GET /props is always served) [off]'
@@ -166,7 +167,9 @@ complete -c llamactl -n '__fish_seen_subcommand_from serve' -l log-level -x -d '
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s v -l verbose -d 'Log everything: --log-level debug (llama-server\'s -v)'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l log-file -r -F -d 'Append the log to this file too (llama-server\'s --log-file)'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l log-format -x -d 'text, or json: one JSON object per line (llama-server\'s --log-jsonl)'
-complete -c llamactl -n '__fish_seen_subcommand_from serve' -l mmproj -r -F -d 'A decision model\'s projector (default: mmproj-<model file> beside it)'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l mmproj -r -F -d 'The model\'s multimodal projector: images (and audio) in chat, or a decision model\'s (default for those: mmproj-MODEL-FILE beside it)'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l no-mmproj -d 'Serve without a projector, even one given or found beside the model'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l mmproj-offload -l no-mmproj-offload -d 'Accepted for llama-server command lines: the projector runs on the CPU, as the model does'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s h -l help -d 'Show this message and exit'
 
 # llamactl stop

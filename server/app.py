@@ -48,13 +48,15 @@ def create_app(
     *,
     model_path: Path | None = None,
     mmproj: Path | None = None,
+    no_mmproj: bool = False,
     state: ServerState | None = None,
 ) -> FastAPI:
-    """Build the app; the model starts loading when the app starts (lifespan). `mmproj` is a
-    decision model's projector (`--mmproj`; default: the one found beside the model)."""
+    """Build the app; the model starts loading when the app starts (lifespan). `mmproj` is the
+    model's projector (`--mmproj`; for a decision model, default: the one found beside it,
+    unless `no_mmproj`)."""
     if state is None:
         path = model_path or resolve_model(settings).path
-        state = ServerState(settings, Path(path), mmproj=mmproj)
+        state = ServerState(settings, Path(path), mmproj=mmproj, find_mmproj=not no_mmproj)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):

@@ -10,11 +10,11 @@ from collections.abc import Iterable
 
 
 def input_modalities(capabilities: Iterable[str], projector: Iterable[str] = ()) -> list[str]:
-    """What the model itself reads. Only decision models use a projector (images, d1-omni's
-    audio): chat takes text, and speech reaches it transcribed."""
+    """What the model itself reads: text, and what its projector encodes (a decision model's,
+    or a chat model's served with --mmproj: images, audio)."""
     caps, proj = set(capabilities), set(projector)
     found = ["text"] if caps & {"chat", "decide"} else []
-    if "decide" in caps:
+    if caps & {"chat", "decide"}:
         found += [m for m, c in (("image", "see"), ("audio", "hear")) if c in proj]
     return found
 
@@ -29,7 +29,8 @@ def output_modalities(capabilities: Iterable[str]) -> list[str]:
 def served_capabilities(capabilities: Iterable[str], projector: Iterable[str] = ()) -> list[str]:
     """What a request naming this model can get from its server: `text` (chat and
     completions), `decisions` (/v1/systemone), `audio_in` (speech to text: transcriptions and
-    realtime sessions, or a decision model's audio clips), `audio_out` (/tts)."""
+    realtime sessions, or a decision model's audio clips), `audio_out` (/tts), `image_in`
+    (images in chat or decision prompts: a projector that sees)."""
     caps, proj = set(capabilities), set(projector)
     if "decide" in caps:
         out = ["decisions"]
@@ -39,7 +40,7 @@ def served_capabilities(capabilities: Iterable[str], projector: Iterable[str] = 
             out.append("audio_in")
         return out
     if "chat" in caps:
-        return ["text", "audio_in", "audio_out"]
+        return ["text", "audio_in", "audio_out", *(["image_in"] if "see" in proj else [])]
     return []
 
 

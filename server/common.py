@@ -25,6 +25,7 @@ from llamactl.engine_settings import sampling_defaults
 
 from .errors import APIError, bad_request, field_range_error, from_engine_error
 from .limits import limits_of
+from .media import take_media
 from .state import ServerState
 
 INT32_MAX = 2**31 - 1
@@ -230,7 +231,7 @@ def render_chat(
 ) -> RenderedChat:
     """The prompt a chat request renders to (for token counts), within the limits."""
     check_chat_limits(state, request, messages_field=messages_field)
-    request = with_server_defaults(state, request)
+    request = take_media(state, with_server_defaults(state, request))
     try:
         return state.require_chat().render(request)
     except LlamactlError as exc:
@@ -243,7 +244,7 @@ def start_chat(
     """Render and submit; engine errors become API errors before any byte is sent. (`n` was
     checked against the slots where the body was read: `openai_chat.params.choice_count`.)"""
     check_chat_limits(state, request, messages_field=messages_field)
-    request = with_server_defaults(state, request)
+    request = take_media(state, with_server_defaults(state, request))
     try:
         return state.require_chat().start(request)
     except LlamactlError as exc:

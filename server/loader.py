@@ -64,12 +64,18 @@ def is_decision_model(path: Path) -> bool:
         return False  # not readable here: the chat loader reports it
 
 
-def load_chat(settings: Settings, make_engine: Callable[[], Engine]) -> Loaded:
+def load_chat(
+    settings: Settings, make_engine: Callable[[], Engine], mmproj: Path | None = None
+) -> Loaded:
     """The engine `make_engine` builds and a chat model over it, with the settings' template
-    file if one is set (read first: a missing file fails before the model loads)."""
+    file if one is set (read first: a missing file fails before the model loads), and the
+    projector `mmproj` for images and audio in chat."""
     template = chat_template(settings)
     engine = make_engine()
     try:
+        if mmproj is not None:
+            engine.attach_projector(mmproj)
+            log.info("mmproj %s: images and audio in chat", mmproj.name)
         chat = ChatModel(engine, template=template)
         embeddings = open_embeddings(settings, engine) if settings.embedding else None
         return Loaded(engine=engine, chat=chat, embeddings=embeddings)
@@ -98,14 +104,19 @@ def text_engine(settings: Settings, model_path: Path) -> Engine:
 
 
 def load_decisions(
-    settings: Settings, model_path: Path, mmproj: Path | None, model_id: str
+    settings: Settings,
+    model_path: Path,
+    mmproj: Path | None,
+    model_id: str,
+    *,
+    find_projector: bool = True,
 ) -> Loaded:
-    """The decision engine over the model at `model_path`, with `mmproj` (default: the
-    `mmproj-<model file>` beside it) as its projector."""
+    """The decision engine over the model at `model_path`, with `mmproj` (default, unless
+    `find_projector` is off: the `mmproj-<model file>` beside it) as its projector."""
     s = settings
-    dm = load_decision_model(
-        model_path, mmproj=mmproj or find_mmproj(model_path), n_threads=s.threads
-    )
+    if mmproj is None and find_projector:
+        mmproj = find_mmproj(model_path)
+    dm = load_decision_model(model_path, mmproj=mmproj, n_threads=s.threads)
     for note in dm.notes:
         log.info("%s", note)
     config = decision_config(s)

@@ -73,11 +73,15 @@ class ServerState:
         model_path: Path,
         *,
         mmproj: Path | None = None,
+        find_mmproj: bool = True,
         engine_factory: Callable[[ServerState], Engine] | None = None,
     ) -> None:
         self.settings = settings
         self.model_path = model_path
-        self.mmproj = mmproj  # a decision model's projector (default: found beside it)
+        # the model's projector: images and audio in chat, or a decision model's (default
+        # for those, unless `find_mmproj` is off (--no-mmproj): the one found beside it)
+        self.mmproj = mmproj
+        self.find_mmproj = find_mmproj
         # llama-server's `--alias a,b,c`: every alias names the model; the id is the first
         # in sorted order (llama-server keeps them in a std::set)
         self.aliases = sorted({a.strip() for a in (settings.alias or "").split(",") if a.strip()})
@@ -127,8 +131,14 @@ class ServerState:
 
     def _load_services(self) -> Loaded:
         if self._engine_factory is _default_engine and is_decision_model(self.model_path):
-            return load_decisions(self.settings, self.model_path, self.mmproj, self.model_id)
-        return load_chat(self.settings, lambda: self._engine_factory(self))
+            return load_decisions(
+                self.settings,
+                self.model_path,
+                self.mmproj,
+                self.model_id,
+                find_projector=self.find_mmproj,
+            )
+        return load_chat(self.settings, lambda: self._engine_factory(self), self.mmproj)
 
     def _install(self, loaded: Loaded) -> None:
         # chat last: `ready` turns true once everything it needs is in place

@@ -178,9 +178,12 @@ def test_models_dir_pairs_projectors_as_llama_server_does(tmp_path: Path) -> Non
     assert not any("MMPROJ" in k for k in env)
     argv = child_argv(gemma, 4242)
     assert argv[argv.index("--mmproj") + 1] == str(models / "gemma" / "mmproj-F16.gguf")
-    # a chat model takes text only (speech is transcribed), whatever projector it has
-    assert gemma.input_modalities == ["text"] and gemma.output_modalities == ["text"]
-    assert gemma.serves == ["text", "audio_in", "audio_out"]
+    # a chat model reads what its projector encodes (the child serves it with --mmproj)
+    assert gemma.input_modalities == ["text", "image", "audio"]
+    assert gemma.output_modalities == ["text"]
+    assert gemma.serves == ["text", "audio_in", "audio_out", "image_in"]
+    plain = catalog.resolve("crowd/x")
+    assert plain.input_modalities == ["text"] and plain.serves == ["text", "audio_in", "audio_out"]
 
 
 def test_capabilities_of_decision_models() -> None:

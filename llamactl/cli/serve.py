@@ -84,16 +84,34 @@ def serve_command(
         Path | None,
         typer.Option(
             "--mmproj",
-            help="A decision model's projector (default: mmproj-<model file> beside it).",
+            help="The model's multimodal projector: images (and audio) in chat, or a decision"
+            " model's (default for those: mmproj-MODEL-FILE beside it).",
             show_default=False,
         ),
     ] = None,
+    no_mmproj: Annotated[
+        bool,
+        typer.Option(
+            "--no-mmproj",
+            help="Serve without a projector, even one given or found beside the model.",
+        ),
+    ] = False,
+    mmproj_offload: Annotated[
+        bool,
+        typer.Option(
+            "--mmproj-offload/--no-mmproj-offload",
+            help="Accepted for llama-server command lines: the projector runs on the CPU, as"
+            " the model does.",
+        ),
+    ] = True,
 ) -> None:
     """Serve the model over HTTP: OpenAI chat completions, completions, Responses and the
     Realtime websocket, Anthropic Messages, /tts and /v1/systemone, batched across --parallel
     slots; with --models-dir or --models-preset, a router over many models."""
     from llamactl.models import resolve_model
     from llamactl.server.app import create_app
+
+    del mmproj_offload  # CPU only: there is nothing to offload
 
     if log_level.lower() not in LOG_LEVELS:  # uvicorn would fail later with a ValueError
         raise typer.BadParameter(
@@ -124,7 +142,16 @@ def serve_command(
     settings.resolved_api_keys()  # a missing key file is an error now, not at the first request
     chat_template(settings)  # so is a missing template file (llama-server exits on both)
     chat_template_kwargs(settings)  # and kwargs that are not a JSON object
-    app = create_app(settings, model_path=resolved.path, mmproj=mmproj)
+    if settings.media_path is not None and not settings.media_path.is_dir():
+        raise typer.BadParameter(
+            f"not a directory: {settings.media_path}", param_hint="--media-path"
+        )
+    app = create_app(
+        settings,
+        model_path=resolved.path,
+        mmproj=None if no_mmproj else mmproj,
+        no_mmproj=no_mmproj,
+    )
     console = stderr_console()
     console.print(
         f"[bold]llamactl serve[/]: {resolved.name} on "

@@ -311,6 +311,14 @@ class Settings:
         ),
         Flag(_COMPAT, commands=frozenset({SERVE})),
     ] = 2
+    media_path: Annotated[
+        Path | None,
+        Field(
+            description="Directory of local media files: chat requests may name an image or"
+            " audio file in it as file://RELATIVE-PATH; none: file:// URLs are refused."
+        ),
+        Flag(_COMPAT, commands=frozenset({SERVE}), shown_default="none", metavar="DIR"),
+    ] = None
     strict_model_names: Annotated[
         bool,
         Field(

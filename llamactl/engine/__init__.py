@@ -20,6 +20,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "llamactl.engine.speculative": ("parse_spec_types",),
     # chat
     "llamactl.engine.chat.model": ("ChatModel", "ChatRequest", "ChatStream", "RenderedChat"),
+    "llamactl.engine.media_prompt": ("MediaInput", "UNSUPPORTED_MEDIA_MESSAGES"),
     # events
     "llamactl.engine.types": (
         "ChatEvent",
@@ -124,6 +125,7 @@ if TYPE_CHECKING:
     from llamactl.engine.embeddings import Embedder, EmbedderConfig, normalize
     from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
     from llamactl.engine.grammar import json_grammar, json_schema_grammar
+    from llamactl.engine.media_prompt import UNSUPPORTED_MEDIA_MESSAGES, MediaInput
     from llamactl.engine.model import Model
     from llamactl.engine.speculative import parse_spec_types
     from llamactl.engine.stream import GenerationStream
@@ -150,6 +152,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 __all__ = [
     "EMBEDDED_ALIASES",
     "MEDIA_TYPES",
+    "UNSUPPORTED_MEDIA_MESSAGES",
     "AudioService",
     "ChatEvent",
     "ChatModel",
@@ -174,6 +177,7 @@ __all__ = [
     "FinishReason",
     "GenerationRequest",
     "GenerationStream",
+    "MediaInput",
     "Model",
     "Partial",
     "ReasoningDelta",

@@ -38,9 +38,9 @@ class DraftPolicy:
         drafter: DraftModel | None = None
         for slot in live:
             pending = slot.pending  # set for every live slot
-            if slot.forced or pending is None:
-                continue
             req = slot.job_request
+            if slot.forced or pending is None or req.media is not None:
+                continue  # a speculator cannot read a prompt's media
             n_max = min(self.config.spec_draft_n_max, budget)
             n_max = min(n_max, self.n_ctx_slot - len(slot.kv_tokens) - 2)
             if req.max_tokens is not None:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llama_cpp
 
@@ -62,6 +62,10 @@ from .stops import StopMatcher
 from .stream import GenerationStream
 from .types import Done, SamplingParams, SlotInfo, Timings, Usage
 from .ubatch import plan_companions
+
+if TYPE_CHECKING:
+    from .decision.media import Projector
+    from .media_prompt import MediaSpan
 
 __all__ = [
     "Engine",
@@ -149,6 +153,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         )
         self.stats = EngineStats()
         self._draft_model: Model | None = None
+        self.projector: Projector | None = None  # the mmproj, for prompts with media
         try:
             self.speculators: list[Speculator] = self._make_speculators(config, threads)
         except BaseException:
@@ -248,6 +253,15 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
                     self._draft_model.close()
                     raise
         return out
+
+    def attach_projector(self, path: str | Path) -> None:
+        """Pair an mmproj with the model, so prompts may carry its images or audio."""
+        from .media_prompt import open_chat_projector
+
+        if self.projector is not None:
+            raise InvalidRequestError("this engine already has a projector")
+        threads = self.config.n_threads or physical_cores()
+        self.projector = open_chat_projector(Path(path), self.model.handle, threads)
 
     # ================================================================ public API
     def submit(self, request: GenerationRequest) -> GenerationStream:
@@ -378,6 +392,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         if self._draft_model is not None:
             self._draft_model.close()
         llama_cpp.llama_free(self._ctx)  # once: _stop_loop admits one close, after the last step
+        if self.projector is not None:
+            self.projector.close()
 
     def __enter__(self) -> Engine:
         return self
@@ -395,7 +411,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             )
         if r.max_tokens is not None and r.max_tokens < 0:
             raise InvalidRequestError("max_tokens must not be negative")
-        bad = [t for t in r.prompt if not 0 <= t < self.model.n_vocab]
+        text = r.prompt if r.media is None else self._media_text(r)
+        bad = [t for t in text if not 0 <= t < self.model.n_vocab]
         if bad:
             raise InvalidRequestError(
                 f"the prompt holds token ids outside the vocabulary: {bad[:5]}"
@@ -406,6 +423,17 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             raise ContextLengthError(len(r.prompt), self.n_ctx_slot)
         if r.sampling.grammar:
             check_grammar(self.model.vocab, r.sampling.grammar)
+
+    def _media_text(self, r: GenerationRequest) -> list[int]:
+        """A prompt with media: its text tokens (placeholders aside), once it is checked to
+        be its MediaPrompt's and to end with text (the last position's logits are sampled)."""
+        media = r.media
+        assert media is not None
+        if r.prompt is not media.tokens and r.prompt != media.tokens:
+            raise InvalidRequestError("the prompt is not its media prompt's token list")
+        if media.spans and media.spans[-1].end >= len(r.prompt):
+            raise InvalidRequestError("a prompt with media must end with text")
+        return media.text_tokens()
 
     def _request_cancel(self, stream: GenerationStream) -> None:
         with self._cv:
@@ -511,7 +539,11 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             self.memory.offer(parent, lcp)
             if use_cache:
                 lcp = self.memory.restore(parent, req.prompt, lcp)
-        keep = self.memory.reuse_prefix(parent, req.prompt, lcp if use_cache else 0)
+        if not use_cache:
+            lcp = 0
+        elif req.media is not None:  # a media chunk is kept whole or decoded again
+            lcp = req.media.floor(lcp)
+        keep = self.memory.reuse_prefix(parent, req.prompt, lcp)
         now = time.perf_counter()
         slots = [parent]
         for _ in range(req.n - 1):
@@ -597,10 +629,18 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         # the same boundaries whatever else runs: outputs never depend on the company.
         prompt_chunks: list[tuple[Slot, int]] = []
         big: tuple[Slot, int] | None = None
+        media_job: tuple[Slot, MediaSpan] | None = None  # one media chunk a step, alone
         for slot in sorted(
             (s for s in self._slots if s.state == "prompt"), key=lambda s: s.t_start
         ):
             end = self._chunk_end(slot)
+            media = slot.job_request.media
+            if media is not None:  # text chunks stop where a media chunk starts
+                span = media.span_at(slot.prompt_pos)
+                if span is not None:
+                    media_job = media_job or (slot, span)
+                    continue
+                end = min(end, media.next_start(slot.prompt_pos) or end)
             need = min(end - slot.prompt_pos, self._row_budget)
             if self._companions and need >= EXACT_PIECE and end == len(slot.job_request.prompt):
                 # the prompt's last row on its own, as a warm rerun of this prompt decodes it:
@@ -622,6 +662,22 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             big_rows: list[tuple[Slot, int]] = []
             self._add_prompt(batch, big[0], big[1], big_rows)
             self._decode_and_sample(batch, big_rows, [big], [])
+        if media_job is not None and media_job[0].state == "prompt":
+            self._decode_media(*media_job)
+
+    def _decode_media(self, slot: Slot, span: MediaSpan) -> None:
+        """Encode one media chunk and decode its embeddings into the slot's sequence, on
+        their own (at the same boundaries whatever else runs)."""
+        media = slot.job_request.media
+        assert media is not None
+        try:
+            media.decode(span, self._ctx, slot.seq_id, self.n_batch)
+        except LlamactlError as exc:
+            self._end_jobs([slot], exc)
+            return
+        slot.kv_tokens.extend(slot.job_request.prompt[span.start : span.end])
+        slot.prompt_pos = span.end
+        self.stats.prompt_tokens_processed += span.n_tokens
 
     def _chunk_end(self, slot: Slot) -> int:
         """Where the slot's next prompt chunk must end: the prompt's end or a checkpoint
@@ -732,7 +788,11 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         """A failed decode leaves the batch's sequences in an unknown state: end them."""
         err = LlamactlError(f"llama_decode failed (code {rc}); the request was ended")
         involved = {id(s): s for s, _ in sample_rows} | {id(s): s for s, _ in prompt_chunks}
-        for slot in involved.values():
+        self._end_jobs(list(involved.values()), err)
+
+    def _end_jobs(self, slots: list[Slot], err: LlamactlError) -> None:
+        """End the jobs of `slots` (and their waiting children) with `err`, clearing their KV."""
+        for slot in slots:
             stream = slot.stream
             for child in slot.children:
                 self.memory.clear(child)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .types import SamplingParams
+
+if TYPE_CHECKING:
+    from .media_prompt import MediaPrompt
 
 __all__ = ["EngineConfig", "EngineStats", "GenerationRequest", "ReasoningSpec"]
 
@@ -81,6 +84,9 @@ class GenerationRequest:
     # where user messages start in `prompt` (from the chat template's delimiters): the
     # engine checkpoints there on models that cannot trim their memory
     user_starts: tuple[int, ...] = ()
+    # images or audio in the prompt: `prompt` is `media.tokens`, with a placeholder id for
+    # each position a media chunk fills (see media_prompt.py)
+    media: MediaPrompt | None = None
 
 
 @dataclass

@@ -45,8 +45,10 @@ def list_models(request: Request) -> dict:
 
 
 def projector_capabilities(state: ServerState) -> tuple[str, ...]:
-    """ "see" / "hear" of a decision model's loaded mmproj (chat models use none)."""
+    """ "see" / "hear" of the loaded mmproj (a decision model's, or the chat engine's)."""
     projector = state.decisions.dm.projector if state.decisions is not None else None
+    if projector is None and state.engine is not None:
+        projector = state.engine.projector
     if projector is None:
         return ()
     return tuple(c for c, on in (("see", projector.vision), ("hear", projector.audio)) if on)

@@ -14,6 +14,7 @@ from typing import Any
 from llamactl.core.errors import ContextLengthError, InvalidRequestError
 
 from ..engine import Engine, GenerationRequest, ReasoningSpec
+from ..media_prompt import UNSUPPORTED_MEDIA_MESSAGES, MediaInput, MediaPrompt, tokenize_media
 from ..stream import GenerationStream
 from ..types import (
     ChatEvent,
@@ -64,6 +65,8 @@ class ChatRequest:
     reasoning_format: ReasoningFormat | None = None  # None: "auto"
     cache_prompt: bool = True
     ignore_eos: bool = False
+    # images and audio, in the order of the media markers (`media_marker`) in the messages
+    media: tuple[MediaInput, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class RenderedChat:
     tokens: list[int]
     prefill: str  # assistant text being continued ("" when none)
     opens_reasoning: bool  # the prompt leaves a reasoning block open
+    media: MediaPrompt | None = None  # the media chunks, when the request has media
 
 
 class ChatModel:
@@ -128,12 +132,34 @@ class ChatModel:
             **kwargs,
         )
         prefill = _content_of(req.messages[-1]) if cont else ""
-        tokens = self.engine.model.tokenize(
-            text, add_special=not _starts_with_bos(text, self), limit=token_limit
-        )
+        add_special = not _starts_with_bos(text, self)
+        media = self._tokenize_media(text, req.media, add_special) if req.media else None
+        if media is not None:
+            tokens = media.tokens
+        else:
+            tokens = self.engine.model.tokenize(text, add_special=add_special, limit=token_limit)
         if token_limit is not None and len(tokens) > token_limit:
             raise ContextLengthError(len(tokens), token_limit, at_least=True)
-        return RenderedChat(text, tokens, prefill, self._opens_reasoning(text))
+        return RenderedChat(text, tokens, prefill, self._opens_reasoning(text), media)
+
+    @property
+    def media_marker(self) -> str:
+        """The text that stands for one image or audio clip in a message (mtmd's marker)."""
+        projector = self.engine.projector
+        return projector.marker if projector is not None else "<__media__>"
+
+    def supports(self, kind: str) -> bool:
+        """Whether the model reads media of `kind` ("image", "audio"): it has a projector."""
+        projector = self.engine.projector
+        return projector is not None and projector.supports(kind)
+
+    def _tokenize_media(
+        self, text: str, media: tuple[MediaInput, ...], add_special: bool
+    ) -> MediaPrompt:
+        projector = self.engine.projector
+        if projector is None:
+            raise InvalidRequestError(UNSUPPORTED_MEDIA_MESSAGES[media[0].kind])
+        return tokenize_media(projector, text, media, add_special=add_special)
 
     def _opens_reasoning(self, text: str) -> bool:
         m = self.markers
@@ -178,6 +204,7 @@ class ChatModel:
                 render_special=self._renders_special() or self.calls_tools(req),
                 reasoning=self._reasoning_spec(rendered, req),
                 user_starts=user_starts(rendered.tokens, self._delimiters),
+                media=rendered.media,
             )
         )
         return ChatStream(self, stream, rendered, req)

@@ -16,6 +16,7 @@ from ...errors import bad_request
 from .protocol import (
     DEFAULT_THINKING_BUDGET,
     CountTokensRequest,
+    ImageBlockParam,
     MessageParam,
     RedactedThinkingBlockParam,
     TextBlockParam,
@@ -63,12 +64,14 @@ def _misplaced(where: str, kind: str, role: str) -> Exception:
     return bad_request(f"Field '{where}': a '{kind}' block cannot appear in a {role} message")
 
 
-def _text_parts(texts: list[str]) -> list[dict[str, str]] | str:
+def _text_parts(texts: list[str] | list[str | dict[str, Any]]) -> list[dict[str, Any]] | str:
     """One text stays a plain string (what most templates print); several stay parts, which the
-    chat layer keeps or joins as the template expects."""
-    if len(texts) == 1:
+    chat layer keeps or joins as the template expects. Image parts stay as they are."""
+    if not texts:
+        return ""
+    if len(texts) == 1 and isinstance(texts[0], str):
         return texts[0]
-    return [{"type": "text", "text": t} for t in texts] if texts else ""
+    return [{"type": "text", "text": t} if isinstance(t, str) else t for t in texts]
 
 
 def _tool_result_text(where: str, block: ToolResultBlockParam) -> str:
@@ -80,14 +83,35 @@ def _tool_result_text(where: str, block: ToolResultBlockParam) -> str:
     return "\n\n".join(texts)
 
 
+def _image_part(where: str, block: ImageBlockParam) -> dict[str, Any]:
+    """An image block as the OpenAI `image_url` part the chat layer reads (a data URL)."""
+    source = block.source
+    if source.type != "base64":
+        raise bad_request(
+            f"Field '{where}': 'image' blocks with a '{source.type}' source are not supported "
+            "(llamactl never downloads); send the image as 'base64'"
+        )
+    if not source.data:
+        raise bad_request(f"Field '{where}': the 'image' block's source.data is required")
+    media_type = source.media_type or "image/png"
+    if not media_type.startswith("image/"):
+        raise bad_request(
+            f"Field '{where}': the 'image' block's source.media_type must be an image type"
+        )
+    return {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{source.data}"}}
+
+
 def _user_turn(i: int, message: MessageParam, tool_names: dict[str, str]) -> list[dict[str, Any]]:
-    """Tool results first (they answer the previous assistant turn), then the user's text."""
+    """Tool results first (they answer the previous assistant turn), then the user's text and
+    images."""
     out: list[dict[str, Any]] = []
-    texts: list[str] = []
+    texts: list[str | dict[str, Any]] = []
     for j, block in enumerate(message.content):
         where = f"messages.{i}.content.{j}"
         if isinstance(block, TextBlockParam):
             texts.append(block.text)
+        elif isinstance(block, ImageBlockParam):
+            texts.append(_image_part(where, block))
         elif isinstance(block, ToolResultBlockParam):
             tool: dict[str, Any] = {
                 "role": "tool",

@@ -16,10 +16,9 @@ StopReason = Literal[
     "end_turn", "max_tokens", "stop_sequence", "tool_use", "model_context_window_exceeded"
 ]
 
-# Anthropic block types a text-only model cannot take; accepted by the schema so the refusal can
-# say what is unsupported instead of "unknown tag".
+# Anthropic block types llamactl cannot take; accepted by the schema so the refusal can say
+# what is unsupported instead of "unknown tag".
 UNSUPPORTED_BLOCKS = (
-    "image",
     "document",
     "search_result",
     "container_upload",
@@ -58,6 +57,23 @@ class UnsupportedBlockParam(_Lenient):
     type: Literal[UNSUPPORTED_BLOCKS]  # type: ignore[valid-type]
 
 
+class ImageSourceParam(_Lenient):
+    type: Literal["base64", "url", "file"] = Field(
+        description="'base64' (with media_type and data); 'url' and 'file' are refused: "
+        "llamactl never downloads"
+    )
+    media_type: str | None = Field(None, description="image/png, image/jpeg, ...")
+    data: str | None = Field(None, description="The image file, base64")
+    url: str | None = None
+
+
+class ImageBlockParam(_Lenient):
+    """An image in a user turn; needs a model served with its --mmproj."""
+
+    type: Literal["image"]
+    source: ImageSourceParam
+
+
 class ToolUseBlockParam(_Lenient):
     type: Literal["tool_use"]
     id: str
@@ -94,6 +110,7 @@ ContentBlockParam = Annotated[
     | ToolResultBlockParam
     | ThinkingBlockParam
     | RedactedThinkingBlockParam
+    | ImageBlockParam
     | UnsupportedBlockParam,
     Field(discriminator="type"),
 ]

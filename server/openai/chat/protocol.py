@@ -21,7 +21,10 @@ class ContentPart(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    type: str = Field(description="'text' (other part types are passed to the template as is)")
+    type: str = Field(
+        description="'text'; 'image_url' ({url}) or 'input_audio' ({data, format}) for a model "
+        "served with its --mmproj"
+    )
     text: str | None = Field(None, description="The text of a 'text' part")
 
 
