@@ -16,6 +16,7 @@ from llamactl import (
     Done,
     LlamactlError,
     Model,
+    PromptProgress,
     RenderedChat,
     SamplingParams,
     json_grammar,
@@ -269,3 +270,13 @@ def total_usage(dones: list[Done]) -> tuple[int, int, int]:
         first.usage.cached_tokens,
         sum(d.usage.completion_tokens for d in dones),
     )
+
+
+def progress_of(progress: PromptProgress) -> dict[str, Any]:
+    """llama-server's `prompt_progress` object (`return_progress`), for every family."""
+    return {
+        "total": progress.total,
+        "cache": progress.cache,
+        "processed": progress.processed,
+        "time_ms": round(progress.time_ms, 3),
+    }

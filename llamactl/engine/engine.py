@@ -60,7 +60,7 @@ from .speculative import (
 from .state_file import StateIdentity, model_identity
 from .stops import StopMatcher
 from .stream import GenerationStream
-from .types import Done, SamplingParams, SlotInfo, Timings, Usage
+from .types import Done, PromptProgress, SamplingParams, SlotInfo, Timings, Usage
 from .ubatch import plan_companions
 
 if TYPE_CHECKING:
@@ -594,6 +594,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         stream.cached_tokens = keep
         stream.slot_id = parent.seq_id
         stream.admitted.set()
+        self._report_progress(parent)
         self.stats.prompt_tokens_cached += keep
 
     def _piece_fn(self, special: bool) -> Callable[[int], bytes]:
@@ -678,6 +679,15 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         slot.kv_tokens.extend(slot.job_request.prompt[span.start : span.end])
         slot.prompt_pos = span.end
         self.stats.prompt_tokens_processed += span.n_tokens
+        self._report_progress(slot)
+
+    def _report_progress(self, slot: Slot) -> None:
+        """Where the slot's prompt stands, to a request that asked (`report_progress`)."""
+        req = slot.job_request
+        if req.report_progress and slot.index == 0:
+            elapsed_ms = (time.perf_counter() - slot.t_start) * 1000.0
+            progress = PromptProgress(len(req.prompt), slot.cached, slot.prompt_pos, elapsed_ms)
+            slot.job_stream._push(progress)
 
     def _chunk_end(self, slot: Slot) -> int:
         """Where the slot's next prompt chunk must end: the prompt's end or a checkpoint
@@ -729,6 +739,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             slot.kv_tokens.extend(prompt[slot.prompt_pos : slot.prompt_pos + take])
             slot.prompt_pos += take
             self.stats.prompt_tokens_processed += take
+            self._report_progress(slot)
         now = time.perf_counter()
         for slot, _row in sample_rows:
             if slot.state == "generating":

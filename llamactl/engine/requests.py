@@ -81,6 +81,8 @@ class GenerationRequest:
     # engine picks the idle slot sharing most of the prompt
     slot: int | None = None
     reasoning: ReasoningSpec | None = None
+    # send `PromptProgress` events while the prompt decodes (llama-server's return_progress)
+    report_progress: bool = False
     # where user messages start in `prompt` (from the chat template's delimiters): the
     # engine checkpoints there on models that cannot trim their memory
     user_starts: tuple[int, ...] = ()

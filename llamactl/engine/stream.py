@@ -14,7 +14,7 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 
-from .types import Done, Event
+from .types import Done, Event, TextDelta
 
 _ids = itertools.count(1)
 
@@ -123,6 +123,6 @@ class GenerationStream:
         """Run to the end; return each choice's full text and its `Done`."""
         texts = [""] * self.n_choices
         for event in self:
-            if not isinstance(event, Done):
+            if isinstance(event, TextDelta):
                 texts[event.index] += event.text
         return texts, [d for d in self.done if d is not None]

@@ -145,7 +145,20 @@ class Done:
     index: int = 0
 
 
-Event = TextDelta | Done
+@dataclass(frozen=True)
+class PromptProgress:
+    """How far the prompt of a request that asked (`report_progress`) has been decoded:
+    sent once when it is admitted (`processed == cache`) and after every prompt chunk, as
+    llama-server's `prompt_progress`."""
+
+    total: int  # prompt tokens
+    cache: int  # of those, reused from a cache
+    processed: int  # of those, in the KV now (cache included)
+    time_ms: float  # since the prompt's processing started
+    index: int = 0
+
+
+Event = TextDelta | Done | PromptProgress
 
 
 @dataclass(frozen=True)
@@ -175,4 +188,4 @@ class ToolCallDelta:
     index: int = 0
 
 
-ChatEvent = ReasoningDelta | ContentDelta | ToolCallDelta | Done
+ChatEvent = ReasoningDelta | ContentDelta | ToolCallDelta | Done | PromptProgress

@@ -20,10 +20,11 @@ from ..types import (
     ChatEvent,
     ContentDelta,
     Done,
+    Event,
+    PromptProgress,
     ReasoningDelta,
     ReasoningFormat,
     SamplingParams,
-    TextDelta,
     ToolCallDelta,
 )
 from . import (
@@ -65,6 +66,7 @@ class ChatRequest:
     reasoning_format: ReasoningFormat | None = None  # None: "auto"
     cache_prompt: bool = True
     ignore_eos: bool = False
+    report_progress: bool = False  # PromptProgress events while the prompt decodes
     # images and audio, in the order of the media markers (`media_marker`) in the messages
     media: tuple[MediaInput, ...] = ()
 
@@ -205,6 +207,7 @@ class ChatModel:
                 reasoning=self._reasoning_spec(rendered, req),
                 user_starts=user_starts(rendered.tokens, self._delimiters),
                 media=rendered.media,
+                report_progress=req.report_progress,
             )
         )
         return ChatStream(self, stream, rendered, req)
@@ -283,9 +286,11 @@ class ChatStream:
         """Force the end-of-thinking marker next in every choice that is reasoning now."""
         return self.chat.engine.end_reasoning(self.raw)
 
-    def translate(self, event: TextDelta | Done) -> list[ChatEvent]:
+    def translate(self, event: Event) -> list[ChatEvent]:
         """One raw engine event as chat events; public for callers that iterate `raw` because
         they also need what only raw events carry (log-probabilities)."""
+        if isinstance(event, PromptProgress):
+            return [event]
         i = event.index
         parser = self._parsers[i]
         out: list[ChatEvent] = []
@@ -319,7 +324,7 @@ class ChatStream:
                 r.content += event.text
             elif isinstance(event, ToolCallDelta):
                 r.tool_calls.append(ToolCall(event.id, event.name, event.arguments))
-            else:
+            elif isinstance(event, Done):
                 r.done = event
         return results
 

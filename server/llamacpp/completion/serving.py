@@ -16,12 +16,13 @@ from llamactl import (
     GenerationRequest,
     GenerationStream,
     LlamactlError,
+    PromptProgress,
     TextDelta,
     TokenLogprob,
     json_schema_grammar,
 )
 
-from ...common import check_int_range
+from ...common import check_int_range, progress_of
 from ...disconnect import cancel_on_disconnect
 from ...errors import bad_request, from_engine_error
 from ...limits import limits_of
@@ -96,6 +97,7 @@ def start(state: ServerState, body: NativeCompletionRequest) -> NativeJob:
             cache_prompt=body.cache_prompt,
             ignore_eos=body.ignore_eos,
             slot=slot,
+            report_progress=body.return_progress and body.stream,
         )
         for tokens in prompts
     ]
@@ -197,6 +199,8 @@ async def complete(job: NativeJob, request: Request) -> dict[str, Any] | list[di
                 if isinstance(event, Done):
                     r.done = event
                     continue
+                if isinstance(event, PromptProgress):
+                    continue  # asked for in streams only
                 r.content += event.text
                 r.tokens += event.token_ids
                 if job.request.n_probs:
@@ -220,6 +224,20 @@ async def stream_frames(job: NativeJob) -> AsyncIterator[str]:
                 final = _final(job, i, r)
                 final["content"], final["tokens"] = "", []  # sent in the partial chunks
                 yield data_frame(final)
+                continue
+            if isinstance(event, PromptProgress):
+                yield data_frame(
+                    {
+                        "index": i,
+                        "content": "",
+                        "tokens": [],
+                        "stop": False,
+                        "id_slot": _slot_id(job, k),
+                        "tokens_predicted": 0,
+                        "tokens_evaluated": event.total,
+                        "prompt_progress": progress_of(event),
+                    }
+                )
                 continue
             r.content += event.text
             r.tokens += event.token_ids

@@ -151,6 +151,11 @@ class SamplingFields(BaseModel):
         "null: the server's --sse-ping-interval",
     )
     cache_prompt: bool = Field(True, description="Reuse a slot's cached prompt prefix")
+    return_progress: bool = Field(
+        False,
+        description="In a stream, report prompt processing as `prompt_progress` {total, cache, "
+        "processed, time_ms}: once when it starts and after each prompt batch (llama-server)",
+    )
     ignore_eos: bool = Field(
         False, description="Keep generating past end-of-generation tokens (benchmarks)"
     )

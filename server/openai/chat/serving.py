@@ -22,12 +22,13 @@ from llamactl import (
     ChatStream,
     ContentDelta,
     Done,
+    PromptProgress,
     ReasoningDelta,
     TextDelta,
     ToolCallDelta,
 )
 
-from ...common import INT32_MAX, check_int_range, new_id, now, start_chat
+from ...common import INT32_MAX, check_int_range, new_id, now, progress_of, start_chat
 from ...disconnect import cancel_on_disconnect
 from ...errors import bad_request
 from ...sse import DONE, data_frame
@@ -172,6 +173,7 @@ def chat_request(
         reasoning_format=body.reasoning_format,
         cache_prompt=body.cache_prompt,
         ignore_eos=body.ignore_eos,
+        report_progress=body.return_progress and body.stream,
     )
     return request, echo_reasoning
 
@@ -261,7 +263,7 @@ async def complete(state: ServerState, job: ChatJob, request: Request) -> dict[s
                     r.content += event.text
                 elif isinstance(event, ToolCallDelta):
                     r.tool_calls.append(_tool_call(event))
-                else:
+                elif isinstance(event, Done):
                     r.done = event
     finally:
         finish(state, job)
@@ -319,6 +321,10 @@ async def stream_frames(state: ServerState, job: ChatJob) -> AsyncIterator[str]:
         called_tools: set[int] = set()
         async for event, logprobs in events(state, job):
             lp = {"content": logprobs} if job.logprobs else None
+            if isinstance(event, PromptProgress):
+                opening = _chunk_choice(0, {"role": "assistant", "content": None})
+                yield data_frame(_chunk(job, [opening], prompt_progress=progress_of(event)))
+                continue
             if isinstance(event, Done):
                 dones.append(event)
                 reason = params.finish_reason(event, event.index in called_tools)

@@ -10,7 +10,15 @@ from typing import Any
 
 from fastapi import Request
 
-from llamactl import Done, Event, GenerationRequest, GenerationStream, LlamactlError, TextDelta
+from llamactl import (
+    Done,
+    Event,
+    GenerationRequest,
+    GenerationStream,
+    LlamactlError,
+    PromptProgress,
+    TextDelta,
+)
 
 from ...common import check_int_range, new_id, now
 from ...disconnect import cancel_on_disconnect
@@ -206,6 +214,8 @@ async def complete(job: CompletionJob, request: Request) -> dict[str, Any]:
                 if isinstance(event, Done):
                     dones[i] = event
                     continue
+                if isinstance(event, PromptProgress):
+                    continue  # never asked for here
                 texts[i] += event.text
                 logprobs[i].add(event)
     finally:
@@ -239,6 +249,8 @@ async def stream_frames(job: CompletionJob) -> AsyncIterator[str]:
                 choice["finish_reason"] = params.finish_reason(event)
                 yield data_frame(_envelope(job, [choice], timings=event.timings.as_dict()))
                 continue
+            if isinstance(event, PromptProgress):
+                continue  # never asked for here
             lp.add(event)
             if event.text:
                 chunk = _envelope(

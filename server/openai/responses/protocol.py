@@ -296,6 +296,7 @@ class ResponsesRequest(ResponseInputFields):
     frequency_penalty: float | None = None
     repeat_penalty: float | None = None
     sse_ping_interval: int | None = None
+    return_progress: bool = False  # llama-server: `prompt_progress` on response.in_progress
 
 
 class InputTokensRequest(ResponseInputFields):

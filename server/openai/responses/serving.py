@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from llamactl import ChatRequest, ChatStream, Done, SamplingParams
+from llamactl import ChatRequest, ChatStream, Done, PromptProgress, SamplingParams
 
 from ...common import (
     INT32_MAX,
@@ -19,6 +19,7 @@ from ...common import (
     check_model,
     now,
     ping_interval,
+    progress_of,
     render_chat,
     sampling_params,
     server_state,
@@ -260,6 +261,13 @@ class ResponseRun:
             async for event in self.stream:
                 if event.index != 0:
                     continue
+                if isinstance(event, PromptProgress):
+                    progress = {"prompt_progress": progress_of(event)}
+                    response = self.response("in_progress")
+                    yield self.frame(
+                        {"type": "response.in_progress", "response": response, **progress}
+                    )
+                    continue
                 for out in self.builder.feed(event):
                     yield self.frame(out)
                 if isinstance(event, Done):
@@ -309,6 +317,7 @@ def _start(
     chat.max_tokens = (
         state.settings.max_tokens if body.max_output_tokens is None else body.max_output_tokens
     )
+    chat.report_progress = body.return_progress and body.stream
     return start_chat(state, chat, messages_field="input"), conv, params
 
 
