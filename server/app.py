@@ -29,6 +29,7 @@ API_ROUTERS: list[str] = [
     "llamacpp.tokens:router",
     "openai.embeddings:router",
     "llamacpp.embeddings:router",
+    "llamacpp.rerank:router",
     "llamacpp.completion:router",
     "llamacpp.slots:router",
     "llamacpp.props:router",

@@ -83,7 +83,7 @@ def start(state: ServerState, body: NativeCompletionRequest) -> NativeJob:
     )
     max_tokens = params.token_limit(field_name, value, state.settings.max_tokens)
     stop = params.stop_strings(state, body.stop)
-    prompts, listed = prompts_of(engine, body.prompt)
+    prompts, listed = prompts_of(engine.model, body.prompt)
     slot = _slot_of(body.id_slot, engine.config.n_parallel)
     generation = [
         GenerationRequest(
