@@ -31,6 +31,7 @@ API_ROUTERS: list[str] = [
     "llamacpp.embeddings:router",
     "llamacpp.rerank:router",
     "llamacpp.completion:router",
+    "llamacpp.infill:router",
     "llamacpp.slots:router",
     "llamacpp.props:router",
 ]

@@ -26,6 +26,7 @@ from llamactl import (
     Synthesizer,
     decision_type_of,
     find_mmproj,
+    has_rank_head,
     load_decision_model,
     open_mtmd_synthesizer,
     open_synthesizer,
@@ -102,9 +103,10 @@ def load_chat(settings: Settings, make_engine: Callable[[], Engine]) -> Loaded:
     engine = make_engine()
     try:
         chat = ChatModel(engine, template=template)
+        ranks = settings.rerank and _rank_head(engine.model)
         embeddings = (
-            open_embeddings(settings, engine.model, engine.n_ctx_seq)
-            if settings.embedding or settings.rerank
+            open_embeddings(settings, engine.model, engine.n_ctx_seq, ranks=ranks)
+            if settings.embedding or ranks
             else None
         )
         return Loaded(engine=engine, chat=chat, embeddings=embeddings)
@@ -120,22 +122,32 @@ def load_embedder_only(settings: Settings, model_path: Path) -> Loaded:
     model = Model(model_path)
     try:
         n_ctx = settings.n_ctx or min(model.info.n_ctx_train, 4096)
-        return Loaded(embeddings=open_embeddings(settings, model, n_ctx))
+        ranks = settings.rerank and _rank_head(model)
+        return Loaded(embeddings=open_embeddings(settings, model, n_ctx, ranks=ranks))
     except BaseException:
         model.close()
         raise
 
 
-def open_embeddings(settings: Settings, model: Model, n_ctx: int) -> Embedder:
+def _rank_head(model: Model) -> bool:
+    """--rerank's check: without a rank head the model is served without reranking (its
+    /v1/rerank answers why)."""
+    if has_rank_head(model):
+        return True
+    log.warning("--rerank: %s has no rank head (cls / cls.output); not reranking", model.path.name)
+    return False
+
+
+def open_embeddings(settings: Settings, model: Model, n_ctx: int, *, ranks: bool) -> Embedder:
     """A context of `model` for embeddings (`--embedding`) of `n_ctx` tokens (a chat engine's:
-    one slot's), with the settings' pooling; `--rerank` makes it rank pooling, several
-    inputs a decode."""
+    one slot's), with the settings' pooling; `ranks` (--rerank, a model with a rank head)
+    makes it rank pooling, several inputs a decode."""
     config = EmbedderConfig(
         n_ctx=n_ctx,
         n_ubatch=settings.ubatch_size,
         n_threads=settings.threads,
-        n_seq_max=RANK_SEQUENCES if settings.rerank else 1,
-        pooling="rank" if settings.rerank else settings.pooling,
+        n_seq_max=RANK_SEQUENCES if ranks else 1,
+        pooling="rank" if ranks else settings.pooling,
     )
     return Embedder(model, config)
 

@@ -196,15 +196,20 @@ class ServerState:
         )
 
     def require_rerank(self) -> Embedder:
-        """The embedding context with rank pooling, or llama-server's 501 naming the flag
-        (a model without a rank head fails at start under --rerank)."""
+        """The embedding context with rank pooling, or a 501: llama-server's, naming the flag,
+        without --rerank; with it, the model's missing rank head."""
         embedder = self.embeddings
-        if embedder is None or not embedder.ranks:
+        if embedder is not None and embedder.ranks:
+            return embedder
+        if not self.settings.rerank:
             raise not_supported(
                 "This server does not support reranking. Start it with `--rerank`"
                 " (alias `--reranking`)"
             )
-        return embedder
+        raise not_supported(
+            f"This server does not support reranking: '{self.model_id}' has no rank head"
+            " (no `cls` / `cls.output` tensor); `--rerank` needs a reranker model"
+        )
 
     def require_decisions(self) -> DecisionEngine:
         """The decision engine, or the spec's 501 for a model that is not a decision model."""

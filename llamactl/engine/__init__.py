@@ -16,7 +16,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "llamactl.engine.stream": ("GenerationStream",),
     "llamactl.engine.model": ("Model",),
     "llamactl.engine.embeddings": ("Embedder", "EmbedderConfig", "normalize"),
-    "llamactl.engine.rerank": ("rerank_template", "rerank_tokens"),
+    "llamactl.engine.rerank": ("has_rank_head", "rerank_template", "rerank_tokens"),
     "llamactl.engine.infill": ("FimTokens", "infill_tokens"),
     "llamactl.engine.grammar": ("json_grammar", "json_schema_grammar"),
     "llamactl.engine.speculative": ("parse_spec_types",),
@@ -128,7 +128,7 @@ if TYPE_CHECKING:
     from llamactl.engine.grammar import json_grammar, json_schema_grammar
     from llamactl.engine.infill import FimTokens, infill_tokens
     from llamactl.engine.model import Model
-    from llamactl.engine.rerank import rerank_template, rerank_tokens
+    from llamactl.engine.rerank import has_rank_head, rerank_template, rerank_tokens
     from llamactl.engine.speculative import parse_spec_types
     from llamactl.engine.stream import GenerationStream
     from llamactl.engine.types import (
@@ -208,6 +208,7 @@ __all__ = [
     "decision_type_of",
     "encode",
     "find_mmproj",
+    "has_rank_head",
     "infill_tokens",
     "json_grammar",
     "json_schema_grammar",

@@ -52,12 +52,14 @@ class FimTokens:
             sep=known(llama_cpp.llama_vocab_fim_sep(v)),
         )
 
-    def missing(self) -> str:
-        """llama-server's reason infill is unavailable ("" when it is available)."""
-        out = "prefix token is missing. " if self.pre is None else ""
-        out += "suffix token is missing. " if self.suf is None else ""
-        out += "middle token is missing. " if self.mid is None else ""
-        return out
+    def require(self) -> tuple[int, int, int]:
+        """(FIM_PRE, FIM_SUF, FIM_MID), or NotSupportedError (llama-server's 501, its words)."""
+        if self.pre is None or self.suf is None or self.mid is None:
+            missing = "prefix token is missing. " if self.pre is None else ""
+            missing += "suffix token is missing. " if self.suf is None else ""
+            missing += "middle token is missing. " if self.mid is None else ""
+            raise NotSupportedError(f"Infill is not supported by this model: {missing}")
+        return self.pre, self.suf, self.mid
 
 
 def infill_tokens(
@@ -73,11 +75,10 @@ def infill_tokens(
     spm: bool = False,
 ) -> list[int]:
     """The FIM prompt for `prefix` + `prompt` ... `suffix` (token lists), with `extra` files
-    as (filename, text). NotSupportedError (llama-server's 501) unless the model declares
-    FIM_PRE, FIM_SUF and FIM_MID."""
+    as (filename, text). NotSupportedError unless the model declares FIM_PRE, FIM_SUF and
+    FIM_MID (`FimTokens.require`)."""
     fim = FimTokens.of(model)
-    if fim.pre is None or fim.suf is None or fim.mid is None:
-        raise NotSupportedError(f"Infill is not supported by this model: {fim.missing()}")
+    pre, suf, mid = fim.require()
 
     def plain(text: str) -> list[int]:
         return model.tokenize(text, add_special=False, parse_special=False)
@@ -98,10 +99,10 @@ def infill_tokens(
     n_suffix = min(len(suffix), max(0, n_batch // 4 - (2 + len(prompt))))
     n_extra = min(max(0, n_ctx - n_batch - 2 * n_predict), len(extra_tokens))
 
-    head = [fim.pre, *prefix[len(prefix) - n_prefix :], *prompt]
-    tail = [fim.suf, *suffix[:n_suffix]]
+    head = [pre, *prefix[len(prefix) - n_prefix :], *prompt]
+    tail = [suf, *suffix[:n_suffix]]
     first, second = (tail, head) if spm else (head, tail)
     out = extra_tokens[len(extra_tokens) - n_extra :] if n_extra else []
     if llama_cpp.llama_vocab_get_add_bos(model.vocab):
         out.append(model.bos_token_id)
-    return [*out, *first, *second, fim.mid]
+    return [*out, *first, *second, mid]

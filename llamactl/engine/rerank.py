@@ -11,9 +11,20 @@ from __future__ import annotations
 
 import llama_cpp
 
+from llamactl.core.gguf_info import read_gguf_info
+
 from .model import Model
 
-__all__ = ["rerank_template", "rerank_tokens"]
+__all__ = ["RANK_HEAD_TENSORS", "has_rank_head", "rerank_template", "rerank_tokens"]
+
+# A classification head (llama.cpp's LLM_TENSOR_CLS / CLS_OUT): what rank pooling reads; without
+# one, rank pooling would answer a component of the hidden state as the "score"
+RANK_HEAD_TENSORS = frozenset({"cls.weight", "cls.output.weight"})
+
+
+def has_rank_head(model: Model) -> bool:
+    """The model's GGUF has a classification head (from its tensor table)."""
+    return any(t.name in RANK_HEAD_TENSORS for t in read_gguf_info(model.path).tensors)
 
 
 def rerank_template(model: Model) -> str | None:
