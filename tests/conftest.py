@@ -195,3 +195,14 @@ def fim_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_fim_copy(
         embedded_model_path(), tmp_path_factory.mktemp("fim") / "smollm2-fim.gguf"
     )
+
+
+@pytest.fixture(scope="session")
+def fim_basic_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """As `fim_gguf` with FIM_PRE, FIM_SUF and FIM_MID only (no repo / file separators)."""
+    from fixture_ggufs import build_fim_copy
+
+    from llamactl.models import embedded_model_path
+
+    path = tmp_path_factory.mktemp("fim_basic") / "smollm2-fim-basic.gguf"
+    return build_fim_copy(embedded_model_path(), path, kinds=("pre", "suf", "mid"))

@@ -107,12 +107,13 @@ FIM_MARKERS = {
 }
 
 
-def build_fim_copy(source: Path, path: Path) -> Path:
-    """A copy of the GGUF at `source` whose metadata declares FIM tokens (`FIM_MARKERS`)."""
+def build_fim_copy(source: Path, path: Path, kinds: tuple[str, ...] = tuple(FIM_MARKERS)) -> Path:
+    """A copy of the GGUF at `source` whose metadata declares the FIM tokens `kinds` (of
+    `FIM_MARKERS`: pre, suf, mid, rep, sep)."""
     reader = gguf.GGUFReader(source)
     arch = str(reader.fields["general.architecture"].contents())
     tokens: list[str] = reader.fields["tokenizer.ggml.tokens"].contents()
-    ids = {kind: tokens.index(text) for kind, text in FIM_MARKERS.items()}
+    ids = {kind: tokens.index(FIM_MARKERS[kind]) for kind in kinds}
     tmp = path.with_name(path.name + ".tmp")
     w = gguf.GGUFWriter(str(tmp), arch)
     for key, field in reader.fields.items():
