@@ -35,8 +35,9 @@ def _rank_vocab() -> tuple[list[str], list[int]]:
     return specials + normal, [int(t) for t in types]
 
 
-def build_rank_bert(path: Path, *, seed: int = 7) -> Path:
-    """A BERT reranker (pooling rank, `cls` + `cls.output` head) at `path`."""
+def build_rank_bert(path: Path, *, seed: int = 7, rerank_template: str | None = None) -> Path:
+    """A BERT reranker (pooling rank, `cls` + `cls.output` head) at `path`, with
+    `rerank_template` as its `tokenizer.chat_template.rerank` if given."""
     rng = np.random.default_rng(seed)
     tokens, types = _rank_vocab()
     tmp = path.with_name(path.name + ".tmp")
@@ -61,6 +62,8 @@ def build_rank_bert(path: Path, *, seed: int = 7) -> Path:
     w.add_unk_token_id(1)
     w.add_mask_token_id(4)
     w.add_array("bert.classifier.output_labels", ["LABEL_0"])
+    if rerank_template is not None:
+        w.add_string("tokenizer.chat_template.rerank", rerank_template)
 
     def mat(name: str, *shape: int, scale: float = 0.2) -> None:
         w.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from serverkit import LiveServer, run_server
 
-from llamactl import has_rank_head, rerank_tokens
+from llamactl import Model, has_rank_head, rerank_template, rerank_tokens
 
 MODEL_FIXTURES = {"ranker", "reference"}
 
@@ -193,3 +193,21 @@ def test_a_model_without_a_rank_head_is_not_reranked() -> None:
         assert "no rank head" in r.json()["error"]["message"]
         chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
         assert httpx.post(live.v1 + "/chat/completions", json=chat, timeout=60).status_code == 200
+
+
+@pytest.mark.slow
+def test_a_rerank_template_is_filled_in(tmp_path) -> None:
+    """Qwen3-Reranker's way: the model's `rerank` template, special tokens parsed, none added."""
+    from fixture_ggufs import build_rank_bert
+
+    template = "[CLS]query: {query}[SEP]doc: {document}[SEP]"
+    path = build_rank_bert(tmp_path / "templated.gguf", rerank_template=template)
+    model = Model(path, vocab_only=True)
+    try:
+        assert rerank_template(model) == template
+        filled = "[CLS]query: the city[SEP]doc: paris[SEP]"
+        want = model.tokenize(filled, add_special=False, parse_special=True)
+        assert want[0] == CLS and want.count(SEP) == 2
+        assert rerank_tokens(model, "the city", "paris") == want
+    finally:
+        model.close()
