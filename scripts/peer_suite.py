@@ -7,10 +7,11 @@ The suite (`tools/server/tests` of llama.cpp b11434) comes from the `llama-cpp-b
 sdist on PyPI, fetched once into the cache folder with its own virtual environment (its
 pinned requirements). Each server is started by `scripts/peer_server.py`, which replaces the
 suite's model downloads by local GGUFs (`--models FILE`: a JSON object, hf repo or
-"repo/file" -> path; default: the embedded SmolLM2 for every model). Both servers get the same
-command lines and the same models, so a test that passes on one and fails on the other is a
-difference between the servers. The suite's slow tests are left out, as its `tests.sh` does,
-and so is its model preloading (nothing to download; see `without_preload`).
+"repo/file" -> path; default: the embedded SmolLM2 for every model but the suite's reranker and
+FIM model, which SmolLM2 cannot stand in for: tiny GGUFs, see `fixture_models`). Both servers
+get the same command lines and the same models, so a test that passes on one and fails on the
+other is a difference between the servers. The suite's slow tests are left out, as its
+`tests.sh` does, and so is its model preloading (nothing to download; see `without_preload`).
 
 Progress goes to stderr; the table (or `--json`) to stdout. Exit status 0 unless the suite
 could not run at all.
@@ -101,6 +102,31 @@ def suite_python(cache: Path, suite: Path) -> Path:
     subprocess.run([*pip, "-r", str(suite / "requirements.txt"), *EXTRA_REQUIREMENTS], check=True)
     marker.write_text("ok\n")
     return python
+
+
+# The suite's reranker and its FIM model: SmolLM2 has neither a rank head nor FIM tokens, so
+# they are replaced by the test suite's tiny GGUFs (tests/fixture_ggufs.py): a random-weight
+# BERT cross-encoder, and SmolLM2 with FIM token ids in its metadata. Tests that read what a
+# trained model would answer fail on both servers alike.
+RERANK_MODEL = "ggml-org/models/jina-reranker-v1-tiny-en/ggml-model-f16.gguf"
+INFILL_MODEL = "ggml-org/test-model-stories260K-infill"
+
+
+def fixture_models(cache: Path) -> dict[str, str]:
+    """hf repo / file -> the local stand-ins for RERANK_MODEL and INFILL_MODEL (built once)."""
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from fixture_ggufs import build_fim_copy, build_rank_bert
+
+    from llamactl.models import embedded_model_path
+
+    folder = cache / "models"
+    folder.mkdir(parents=True, exist_ok=True)
+    rank, fim = folder / "tiny-rank-bert.gguf", folder / "smollm2-fim.gguf"
+    if not rank.exists():
+        build_rank_bert(rank)
+    if not fim.exists():
+        build_fim_copy(embedded_model_path(), fim)
+    return {RERANK_MODEL: str(rank), INFILL_MODEL: str(fim)}
 
 
 def launcher(work: Path) -> Path:
@@ -209,7 +235,7 @@ def main() -> int:
     suite = opts.suite or fetch_suite(cache)
     without_preload(suite)
     python = suite_python(cache, suite)
-    models = json.loads(opts.models.read_text()) if opts.models else {}
+    models = fixture_models(cache) | (json.loads(opts.models.read_text()) if opts.models else {})
     selection = [s if s.startswith("unit/") else f"unit/{s}" for s in opts.only]
     targets = [] if opts.skip_llamactl else [("llamactl", "llamactl")]
     if opts.llama_server:

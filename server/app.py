@@ -29,7 +29,9 @@ API_ROUTERS: list[str] = [
     "llamacpp.tokens:router",
     "openai.embeddings:router",
     "llamacpp.embeddings:router",
+    "llamacpp.rerank:router",
     "llamacpp.completion:router",
+    "llamacpp.infill:router",
     "llamacpp.slots:router",
     "llamacpp.props:router",
 ]

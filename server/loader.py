@@ -22,9 +22,11 @@ from llamactl import (
     EmbedderConfig,
     Engine,
     LlamactlError,
+    Model,
     Synthesizer,
     decision_type_of,
     find_mmproj,
+    has_rank_head,
     load_decision_model,
     open_mtmd_synthesizer,
     open_synthesizer,
@@ -36,8 +38,10 @@ from llamactl.engine_settings import chat_template, decision_config, open_engine
 __all__ = [
     "Loaded",
     "is_decision_model",
+    "is_encoder_model",
     "load_chat",
     "load_decisions",
+    "load_embedder_only",
     "open_speech",
     "open_transcription",
     "text_engine",
@@ -53,13 +57,41 @@ class Loaded:
     engine: Engine | None = None  # text generation (chat models)
     chat: ChatModel | None = None  # the chat template over `engine`
     decisions: DecisionEngine | None = None  # typed questions (decision models)
-    embeddings: Embedder | None = None  # vectors of texts (chat models, with --embedding)
+    embeddings: Embedder | None = None  # vectors or rank scores (--embedding, --rerank)
 
 
 def is_decision_model(path: Path) -> bool:
     """From the GGUF header alone: no model load."""
     try:
         return decision_type_of(read_gguf_info(path)) is not None
+    except LlamactlError:
+        return False  # not readable here: the chat loader reports it
+
+
+# llama.cpp's architectures without a KV cache (llama_model::create_memory gives them none): a
+# text engine cannot run them; with --embedding / --rerank they serve embeddings or scores
+ENCODER_ARCHITECTURES = frozenset(
+    {
+        "bert",
+        "jina-bert-v2",
+        "jina-bert-v3",
+        "nomic-bert",
+        "nomic-bert-moe",
+        "neo-bert",
+        "eurobert",
+        "modern-bert",
+        "gemma-embedding",
+        "t5encoder",
+    }
+)
+# Rank scores: inputs (query, document pairs) decoded together, at most this many per decode
+RANK_SEQUENCES = 32
+
+
+def is_encoder_model(path: Path) -> bool:
+    """From the GGUF header alone: an encoder (BERT and its kind), which generates no text."""
+    try:
+        return read_gguf_info(path).architecture in ENCODER_ARCHITECTURES
     except LlamactlError:
         return False  # not readable here: the chat loader reports it
 
@@ -77,7 +109,12 @@ def load_chat(
             engine.attach_projector(mmproj)
             log.info("mmproj %s: images and audio in chat", mmproj.name)
         chat = ChatModel(engine, template=template)
-        embeddings = open_embeddings(settings, engine) if settings.embedding else None
+        ranks = settings.rerank and _rank_head(engine.model)
+        embeddings = (
+            open_embeddings(settings, engine.model, engine.n_ctx_seq, ranks=ranks)
+            if settings.embedding or ranks
+            else None
+        )
         return Loaded(engine=engine, chat=chat, embeddings=embeddings)
     except BaseException:
         engine.close()
@@ -85,16 +122,40 @@ def load_chat(
         raise
 
 
-def open_embeddings(settings: Settings, engine: Engine) -> Embedder:
-    """A second context of the chat engine's model, for embeddings (`--embedding`): as large
-    as one slot's, with the settings' pooling."""
+def load_embedder_only(settings: Settings, model_path: Path) -> Loaded:
+    """An encoder model (`is_encoder_model`) with --embedding or --rerank: its embedding
+    context and nothing else (llama-server serves such a model the same way)."""
+    model = Model(model_path)
+    try:
+        n_ctx = settings.n_ctx or min(model.info.n_ctx_train, 4096)
+        ranks = settings.rerank and _rank_head(model)
+        return Loaded(embeddings=open_embeddings(settings, model, n_ctx, ranks=ranks))
+    except BaseException:
+        model.close()
+        raise
+
+
+def _rank_head(model: Model) -> bool:
+    """--rerank's check: without a rank head the model is served without reranking (its
+    /v1/rerank answers why)."""
+    if has_rank_head(model):
+        return True
+    log.warning("--rerank: %s has no rank head (cls / cls.output); not reranking", model.path.name)
+    return False
+
+
+def open_embeddings(settings: Settings, model: Model, n_ctx: int, *, ranks: bool) -> Embedder:
+    """A context of `model` for embeddings (`--embedding`) of `n_ctx` tokens (a chat engine's:
+    one slot's), with the settings' pooling; `ranks` (--rerank, a model with a rank head)
+    makes it rank pooling, several inputs a decode."""
     config = EmbedderConfig(
-        n_ctx=engine.n_ctx_seq,
+        n_ctx=n_ctx,
         n_ubatch=settings.ubatch_size,
         n_threads=settings.threads,
-        pooling=settings.pooling,
+        n_seq_max=RANK_SEQUENCES if ranks else 1,
+        pooling="rank" if ranks else settings.pooling,
     )
-    return Embedder(engine.model, config)
+    return Embedder(model, config)
 
 
 def text_engine(settings: Settings, model_path: Path) -> Engine:

@@ -27,6 +27,7 @@ from llamactl import (
     DecisionEngine,
     Embedder,
     Engine,
+    Model,
     Synthesizer,
 )
 from llamactl.config import Settings
@@ -35,14 +36,16 @@ from llamactl.engine_settings import chat_template_kwargs
 from .loader import (
     Loaded,
     is_decision_model,
+    is_encoder_model,
     load_chat,
     load_decisions,
+    load_embedder_only,
     open_speech,
     open_transcription,
     text_engine,
 )
 from .on_demand import OnDemand
-from .services import NOT_A_DECISION_MODEL, not_generating, require
+from .services import NOT_A_DECISION_MODEL, not_generating, not_supported, require
 
 __all__ = ["Metrics", "ServerState"]
 
@@ -92,7 +95,7 @@ class ServerState:
         self.engine: Engine | None = None
         self.chat: ChatModel | None = None
         self.decisions: DecisionEngine | None = None
-        self.embeddings: Embedder | None = None  # with --embedding
+        self.embeddings: Embedder | None = None  # with --embedding or --rerank
         self.transcription: OnDemand[AudioService] = OnDemand(
             lambda: open_transcription(settings, self._llm_busy), AudioService.close
         )
@@ -110,7 +113,11 @@ class ServerState:
     # ------------------------------------------------------------- loading
     @property
     def ready(self) -> bool:
-        return self.chat is not None or self.decisions is not None
+        return self.chat is not None or self.decisions is not None or self._embedder_only
+
+    @property
+    def _embedder_only(self) -> bool:
+        return self.engine is None and self.embeddings is not None
 
     def start_loading(self) -> None:
         self._loader = threading.Thread(target=self._load, name="llamactl-load", daemon=True)
@@ -138,6 +145,9 @@ class ServerState:
                 self.model_id,
                 find_projector=self.find_mmproj,
             )
+        wants_embedder = self.settings.embedding or self.settings.rerank
+        if wants_embedder and is_encoder_model(self.model_path):
+            return load_embedder_only(self.settings, self.model_path)
         return load_chat(self.settings, lambda: self._engine_factory(self), self.mmproj)
 
     def _install(self, loaded: Loaded) -> None:
@@ -151,6 +161,8 @@ class ServerState:
         self.stop_generating()
         if self.embeddings is not None:
             self.embeddings.close()  # before the model it reads
+            if self.engine is None:
+                self.embeddings.model.close()  # an encoder's, loaded for it alone
         if self.engine is not None:
             self.engine.model.close()
         if self.decisions is not None:
@@ -179,11 +191,34 @@ class ServerState:
         """The text generation engine, or the same 501 as `require_chat`."""
         return self.require_chat().engine
 
+    def require_text_model(self) -> Model:
+        """The loaded model that reads text (tokenizes): the chat engine's, or an encoder's
+        served for embeddings alone; else the same 501 as `require_chat`."""
+        if self.engine is None and self.embeddings is not None:
+            return self.embeddings.model
+        return self.require_text_engine().model
+
     def require_embeddings(self) -> Embedder:
         """The embedding context, or llama-server's 501 naming the flag that turns it on."""
         return require(
             self.embeddings,
             "This server does not support embeddings. Start it with `--embeddings`",
+        )
+
+    def require_rerank(self) -> Embedder:
+        """The embedding context with rank pooling, or a 501: llama-server's, naming the flag,
+        without --rerank; with it, the model's missing rank head."""
+        embedder = self.embeddings
+        if embedder is not None and embedder.ranks:
+            return embedder
+        if not self.settings.rerank:
+            raise not_supported(
+                "This server does not support reranking. Start it with `--rerank`"
+                " (alias `--reranking`)"
+            )
+        raise not_supported(
+            f"This server does not support reranking: '{self.model_id}' has no rank head"
+            " (no `cls` / `cls.output` tensor); `--rerank` needs a reranker model"
         )
 
     def require_decisions(self) -> DecisionEngine:

@@ -174,3 +174,35 @@ def thinking_server():
 
     with run_server(parallel=4, chat_template_file=str(THINK_TEMPLATE)) as live:
         yield live
+
+
+# ------------------------------------------------------------------- tiny GGUFs (built once)
+@pytest.fixture(scope="session")
+def rank_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny BERT reranker (pooling rank, `cls` + `cls.output` head); see fixture_ggufs."""
+    from fixture_ggufs import build_rank_bert
+
+    return build_rank_bert(tmp_path_factory.mktemp("rank") / "tiny-rank-bert.gguf")
+
+
+@pytest.fixture(scope="session")
+def fim_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded SmolLM2 with FIM token ids in its metadata; see fixture_ggufs."""
+    from fixture_ggufs import build_fim_copy
+
+    from llamactl.models import embedded_model_path
+
+    return build_fim_copy(
+        embedded_model_path(), tmp_path_factory.mktemp("fim") / "smollm2-fim.gguf"
+    )
+
+
+@pytest.fixture(scope="session")
+def fim_basic_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """As `fim_gguf` with FIM_PRE, FIM_SUF and FIM_MID only (no repo / file separators)."""
+    from fixture_ggufs import build_fim_copy
+
+    from llamactl.models import embedded_model_path
+
+    path = tmp_path_factory.mktemp("fim_basic") / "smollm2-fim-basic.gguf"
+    return build_fim_copy(embedded_model_path(), path, kinds=("pre", "suf", "mid"))

@@ -297,6 +297,21 @@ class Settings:
             shown_default="off",
         ),
     ] = False
+    rerank: Annotated[
+        bool,
+        Field(
+            description="Serve reranking (/v1/rerank, /rerank): the embedding context with"
+            " rank pooling (the model needs a rank head); a model with no KV cache (BERT"
+            " cross-encoders) serves only this and embeddings."
+        ),
+        Flag(
+            _COMPAT,
+            commands=frozenset({SERVE}),
+            negatable=False,
+            aliases=("--reranking",),
+            shown_default="off",
+        ),
+    ] = False
     pooling: Annotated[
         Literal["none", "mean", "cls", "last", "rank"] | None,
         Field(description="Embedding pooling: none, mean, cls, last or rank."),

@@ -94,6 +94,7 @@ LLAMA_SERVER_ENV = {
     "chat_template_kwargs": "LLAMA_ARG_CHAT_TEMPLATE_KWARGS",
     "embedding": "LLAMA_ARG_EMBEDDINGS",
     "pooling": "LLAMA_ARG_POOLING",
+    "rerank": "LLAMA_ARG_RERANKING",
     "cors_origins": "LLAMA_ARG_CORS_ORIGINS",
     "models_dir": "LLAMA_ARG_MODELS_DIR",
     "models_preset": "LLAMA_ARG_MODELS_PRESET",

@@ -16,6 +16,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "llamactl.engine.stream": ("GenerationStream",),
     "llamactl.engine.model": ("Model",),
     "llamactl.engine.embeddings": ("Embedder", "EmbedderConfig", "normalize"),
+    "llamactl.engine.rerank": ("has_rank_head", "rerank_template", "rerank_tokens"),
+    "llamactl.engine.infill": ("FimTokens", "infill_tokens"),
     "llamactl.engine.grammar": ("json_grammar", "json_schema_grammar"),
     "llamactl.engine.speculative": ("parse_spec_types",),
     # chat
@@ -126,8 +128,10 @@ if TYPE_CHECKING:
     from llamactl.engine.embeddings import Embedder, EmbedderConfig, normalize
     from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
     from llamactl.engine.grammar import json_grammar, json_schema_grammar
+    from llamactl.engine.infill import FimTokens, infill_tokens
     from llamactl.engine.media_prompt import UNSUPPORTED_MEDIA_MESSAGES, MediaInput
     from llamactl.engine.model import Model
+    from llamactl.engine.rerank import has_rank_head, rerank_template, rerank_tokens
     from llamactl.engine.speculative import parse_spec_types
     from llamactl.engine.stream import GenerationStream
     from llamactl.engine.types import (
@@ -175,6 +179,7 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "Event",
+    "FimTokens",
     "Final",
     "FinishReason",
     "GenerationRequest",
@@ -210,6 +215,8 @@ __all__ = [
     "decision_type_of",
     "encode",
     "find_mmproj",
+    "has_rank_head",
+    "infill_tokens",
     "json_grammar",
     "json_schema_grammar",
     "load_decision_model",
@@ -219,6 +226,8 @@ __all__ = [
     "parse_spec_types",
     "pcm_bytes",
     "read_audio",
+    "rerank_template",
+    "rerank_tokens",
     "resample",
     "to_float32",
     "to_pcm16",

@@ -5,10 +5,16 @@ at the same time (the exactness the chat engine keeps); inputs of all requests t
 one worker thread, which keeps the two compute threads for one decode at a time. An input
 must fit one physical batch (`n_ubatch`), as llama-server requires: a non-causal model sees
 the whole input at once.
+
+Rank scores (`submit_scores`, pooling `rank`) are batched: one request's inputs share a
+decode, one sequence each, as many as fit `n_ubatch` and `n_seq_max`; requests still take
+turns, so a request is packed the same way whatever else is queued, and scores the same.
+Encoder models (BERT and its kind) have no KV memory: each decode is then an encode.
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,9 +23,9 @@ from typing import Literal
 
 import numpy as np
 
-from llamactl.core.errors import InvalidRequestError
+from llamactl.core.errors import InvalidRequestError, NotSupportedError
 
-from ._backend import llama_cpp, memory_of
+from ._backend import llama_cpp
 from .batch import Batch
 from .context import ContextLayout, open_context
 from .model import Model
@@ -41,6 +47,7 @@ class EmbedderConfig:
     n_ctx: int = 4096
     n_ubatch: int = 512
     n_threads: int = 2
+    n_seq_max: int = 1  # inputs per decode for rank scores (embeddings: one at a time)
     pooling: Pooling | None = None  # None: the model's own (its GGUF's pooling_type)
     # Off by default: flash attention's f16 path moves a normalized vector's components by up
     # to 1e-2 on SmolLM2 (measured against llama.cpp without it, which agrees to 1e-8)
@@ -76,16 +83,18 @@ class Embedder:
                 n_ctx=config.n_ctx,
                 n_batch=n_ubatch,
                 n_ubatch=n_ubatch,
-                n_seq_max=1,
+                n_seq_max=max(1, config.n_seq_max),
                 n_threads=config.n_threads,
                 n_threads_batch=config.n_threads,
+                kv_unified=True,  # the sequences of one decode share the cells
                 flash_attn=config.flash_attn,
                 embeddings=True,
                 pooling_type=pooling,
             ),
         )
-        self._mem = memory_of(self._ctx)
+        self._mem = llama_cpp.llama_get_memory(self._ctx)  # None: an encoder, no KV cache
         self.n_ubatch = llama_cpp.llama_n_ubatch(self._ctx)
+        self.n_seq_max = max(1, config.n_seq_max)
         self.pooling_type = llama_cpp.llama_pooling_type(self._ctx)
         self.n_embd = llama_cpp.llama_model_n_embd(model.handle)
         self._batch = Batch(self.n_ubatch)
@@ -96,6 +105,11 @@ class Embedder:
     @property
     def pooled(self) -> bool:
         return self.pooling_type != llama_cpp.LLAMA_POOLING_TYPE_NONE
+
+    @property
+    def ranks(self) -> bool:
+        """Pooling `rank`: each input's output is its relevance score(s)."""
+        return self.pooling_type == llama_cpp.LLAMA_POOLING_TYPE_RANK
 
     def check(self, tokens: Sequence[int], field: str) -> None:
         """The 400 an input that cannot be embedded gets, before any work is queued."""
@@ -118,19 +132,69 @@ class Embedder:
             self.check(tokens, name)
         return self._worker.submit(lambda: [self._embed(list(t)) for t in inputs])
 
+    def submit_scores(
+        self, inputs: Sequence[Sequence[int]], fields: Sequence[str] | None = None
+    ) -> Future[list[float]]:
+        """Each input's relevance score (the rank head's first output), inputs packed into as
+        few decodes as fit. NotSupportedError when the pooling is not `rank`."""
+        if not self.ranks:
+            raise NotSupportedError("the embedding context does not use rank pooling")
+        names = fields or [f"input.{i}" for i in range(len(inputs))]
+        for tokens, name in zip(inputs, names, strict=True):
+            self.check(tokens, name)
+        groups = self._packed([len(t) for t in inputs])
+        return self._worker.submit(
+            lambda: [s for g in groups for s in self._scores([list(inputs[i]) for i in g])]
+        )
+
+    def _packed(self, lengths: list[int]) -> list[list[int]]:
+        """Consecutive inputs grouped so that each group fits one decode."""
+        groups: list[list[int]] = []
+        used = 0
+        for i, n in enumerate(lengths):
+            if not groups or used + n > self.n_ubatch or len(groups[-1]) >= self.n_seq_max:
+                groups.append([])
+                used = 0
+            groups[-1].append(i)
+            used += n
+        return groups
+
+    def _scores(self, group: list[list[int]]) -> list[float]:
+        with self._lock:
+            self._run(group)
+            return [
+                float(np.ctypeslib.as_array(self._pooled(seq), shape=(1,))[0])
+                for seq in range(len(group))
+            ]
+
+    def _run(self, sequences: list[list[int]]) -> None:
+        """One decode of `sequences` (sequence i: seq id i), the memory cleared first."""
+        if self._closed:
+            raise InvalidRequestError("the embedding model is closed")
+        if self._mem is not None:
+            llama_cpp.llama_memory_clear(self._mem, True)
+        self._batch.clear()
+        for seq, tokens in enumerate(sequences):
+            for pos, token in enumerate(tokens):
+                self._batch.add(token, pos, seq, True)
+        if self._mem is None:
+            rc = llama_cpp.llama_encode(self._ctx, self._batch.raw)
+        else:
+            rc = llama_cpp.llama_decode(self._ctx, self._batch.raw)
+        if rc != 0:
+            raise InvalidRequestError(f"llama.cpp could not embed the input (code {rc})")
+
+    def _pooled(self, seq: int) -> ctypes._Pointer[ctypes.c_float]:
+        ptr = llama_cpp.llama_get_embeddings_seq(self._ctx, seq)
+        if not ptr:
+            raise InvalidRequestError("llama.cpp returned no pooled output for the input")
+        return ptr
+
     def _embed(self, tokens: list[int]) -> np.ndarray:
         with self._lock:
-            if self._closed:
-                raise InvalidRequestError("the embedding model is closed")
-            llama_cpp.llama_memory_clear(self._mem, True)
-            self._batch.clear()
-            for pos, token in enumerate(tokens):
-                self._batch.add(token, pos, 0, True)
-            rc = llama_cpp.llama_decode(self._ctx, self._batch.raw)
-            if rc != 0:
-                raise InvalidRequestError(f"llama.cpp could not embed the input (code {rc})")
+            self._run([tokens])
             if self.pooled:
-                ptr = llama_cpp.llama_get_embeddings_seq(self._ctx, 0)
+                ptr = self._pooled(0)
                 n = self._n_out()
                 return np.ctypeslib.as_array(ptr, shape=(n,)).copy()
             rows = [

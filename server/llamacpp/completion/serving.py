@@ -35,7 +35,7 @@ from ..generation_params import generation_params
 from ..tokens.serving import prompts_of
 from .protocol import NativeCompletionRequest
 
-__all__ = ["NativeJob", "complete", "start", "stream_frames"]
+__all__ = ["NativeJob", "complete", "start", "start_prompts", "stream_frames"]
 
 MAX_N_PROBS = 20
 
@@ -69,6 +69,15 @@ def _grammar(state: ServerState, body: NativeCompletionRequest) -> str | None:
 
 def start(state: ServerState, body: NativeCompletionRequest) -> NativeJob:
     """Validate and submit every prompt; all 4xx happen here, before any byte is sent."""
+    prompts, listed = prompts_of(state.require_text_engine().model, body.prompt)
+    return start_prompts(state, body, prompts, listed)
+
+
+def start_prompts(
+    state: ServerState, body: NativeCompletionRequest, prompts: list[list[int]], listed: bool
+) -> NativeJob:
+    """`start` for prompts already tokenized (`/infill` builds its own); `body.prompt` is
+    then not read."""
     model = params.check_model_name(state, body.model)
     engine = state.require_text_engine()
     n = params.choice_count(state, body)
@@ -84,7 +93,6 @@ def start(state: ServerState, body: NativeCompletionRequest) -> NativeJob:
     )
     max_tokens = params.token_limit(field_name, value, state.settings.max_tokens)
     stop = params.stop_strings(state, body.stop)
-    prompts, listed = prompts_of(engine, body.prompt)
     slot = _slot_of(body.id_slot, engine.config.n_parallel)
     generation = [
         GenerationRequest(

@@ -26,14 +26,14 @@ router = APIRouter(tags=["tokens"], route_class=PreparedBodyRoute)
 
 @router.post("/tokenize", response_model=TokenizeResponse, summary="Tokenize text (llama-server)")
 async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
-    engine = server_state(request).require_text_engine()
+    model = server_state(request).require_text_model()
 
     def run() -> TokenizeResponse:
         tokens = serving.tokenize(
-            engine, body.content, add_special=body.add_special, parse_special=body.parse_special
+            model, body.content, add_special=body.add_special, parse_special=body.parse_special
         )
         if body.with_pieces:
-            return TokenizeResponse(tokens=serving.pieces(engine, tokens))
+            return TokenizeResponse(tokens=serving.pieces(model, tokens))
         return TokenizeResponse(tokens=tokens)
 
     return await off_loop(run)
@@ -43,8 +43,8 @@ async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
     "/detokenize", response_model=DetokenizeResponse, summary="Token ids to text (llama-server)"
 )
 async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeResponse:
-    engine = server_state(request).require_text_engine()
-    content = await off_loop(serving.detokenize, engine, body.tokens)
+    model = server_state(request).require_text_model()
+    content = await off_loop(serving.detokenize, model, body.tokens)
     return DetokenizeResponse(content=content)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llamactl import Engine
+from llamactl import Model
 
 from ...errors import bad_request
 from .protocol import TokenPiece
@@ -13,7 +13,7 @@ __all__ = ["detokenize", "pieces", "prompts_of", "tokenize"]
 
 
 def tokenize(
-    engine: Engine,
+    model: Model,
     content: str | list[str | int],
     *,
     add_special: bool,
@@ -22,7 +22,6 @@ def tokenize(
 ) -> list[int]:
     """A text, or texts and ids mixed: only a text first in the list gets `add_special`; an
     id outside the vocabulary is a 400 naming `field.i`."""
-    model = engine.model
     if isinstance(content, str):
         return model.tokenize(content, add_special=add_special, parse_special=parse_special)
     tokens: list[int] = []
@@ -31,15 +30,15 @@ def tokenize(
             first = add_special and i == 0
             tokens += model.tokenize(part, add_special=first, parse_special=parse_special)
         else:
-            tokens.append(_checked(engine, part, f"{field}.{i}"))
+            tokens.append(_checked(model, part, f"{field}.{i}"))
     return tokens
 
 
-def pieces(engine: Engine, tokens: list[int]) -> list[TokenPiece]:
+def pieces(model: Model, tokens: list[int]) -> list[TokenPiece]:
     """Each token with its text; bytes that are not UTF-8 alone (half a character) as a list."""
     out = []
     for token in tokens:
-        raw = engine.model.token_bytes(token, special=True)
+        raw = model.token_bytes(token, special=True)
         try:
             piece: str | list[int] = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -48,14 +47,14 @@ def pieces(engine: Engine, tokens: list[int]) -> list[TokenPiece]:
     return out
 
 
-def detokenize(engine: Engine, tokens: list[int]) -> str:
+def detokenize(model: Model, tokens: list[int]) -> str:
     for i, token in enumerate(tokens):
-        _checked(engine, token, f"tokens.{i}")
-    return engine.model.detokenize(tokens, special=True)
+        _checked(model, token, f"tokens.{i}")
+    return model.detokenize(tokens, special=True)
 
 
-def _checked(engine: Engine, token: int, field: str) -> int:
-    n_vocab = engine.model.n_vocab
+def _checked(model: Model, token: int, field: str) -> int:
+    n_vocab = model.n_vocab
     if not 0 <= token < n_vocab:
         raise bad_request(
             f"Field '{field}': token id {token} is not in the vocabulary (0 to {n_vocab - 1})"
@@ -63,7 +62,7 @@ def _checked(engine: Engine, token: int, field: str) -> int:
     return token
 
 
-def prompts_of(engine: Engine, prompt: Any, field: str = "prompt") -> tuple[list[list[int]], bool]:
+def prompts_of(model: Model, prompt: Any, field: str = "prompt") -> tuple[list[list[int]], bool]:
     """llama-server's prompt forms: a list holding any token id is one prompt (ids, or texts
     and ids mixed); a list of texts or token lists is one prompt each. (tokens, listed)."""
     if isinstance(prompt, str) or any(isinstance(p, int) for p in prompt):
@@ -75,7 +74,7 @@ def prompts_of(engine: Engine, prompt: Any, field: str = "prompt") -> tuple[list
     out = []
     for i, part in enumerate(parts):
         name = f"{field}.{i}" if listed else field
-        tokens = tokenize(engine, part, add_special=True, parse_special=True, field=name)
+        tokens = tokenize(model, part, add_special=True, parse_special=True, field=name)
         if not tokens:
             raise bad_request(f"Field '{name}': must not be empty")
         out.append(tokens)

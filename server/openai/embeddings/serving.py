@@ -30,8 +30,7 @@ def _inputs(state: ServerState, body: EmbeddingsRequest) -> tuple[list[list[int]
         raise bad_request('"input" or "content" must be provided')
     if body.dimensions is not None:
         raise bad_request("Field 'dimensions': not supported; the model's own size is used")
-    engine = state.require_text_engine()
-    inputs, listed = prompts_of(engine, raw, field)
+    inputs, listed = prompts_of(state.require_text_model(), raw, field)
     names = [f"{field}.{i}" if listed else field for i in range(len(inputs))]
     return inputs, names, field
 
