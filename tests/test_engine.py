@@ -114,6 +114,20 @@ def test_generation_stops_at_the_slot_context(model):
         assert done.usage.prompt_tokens + done.usage.completion_tokens == small.n_ctx_slot + 1
 
 
+def test_ignore_eos_never_draws_an_end_of_generation_token(engine, model):
+    """As llama-server: `ignore_eos` bans every end-of-generation token, so a greedy answer
+    runs to max_tokens without one (it is not drawn and then stepped over)."""
+    assert model.eog_tokens and all(model.is_eog(t) for t in model.eog_tokens)
+    stream = engine.submit(
+        GenerationRequest(chat_prompt(model, "Say hi."), GREEDY, max_tokens=48, ignore_eos=True)
+    )
+    tokens = [t for ev in stream if isinstance(ev, TextDelta) for t in ev.token_ids]
+    done = stream.done[0]
+    assert done is not None and done.finish_reason == "length"
+    assert done.usage.completion_tokens == 48
+    assert not set(tokens) & set(model.eog_tokens)
+
+
 def test_cancel_frees_the_slot_and_nothing_follows_done(model):
     with Engine(model, EngineConfig(n_parallel=1, n_ctx=2048)) as one:
         stream = one.submit(

@@ -57,6 +57,16 @@ def test_return_tokens_and_stop_words(server) -> None:
     assert word not in stopped["content"]
 
 
+def test_returned_tokens_end_with_the_end_of_generation_token(server) -> None:
+    """`tokens` holds every generated token, the EOS that ended the answer too (llama-server
+    counts it in tokens_predicted and returns it)."""
+    chat = "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n"
+    got = native(server, {"prompt": chat, "n_predict": 200, "return_tokens": True}).json()
+    assert got["stop_type"] == "eos"
+    assert len(got["tokens"]) == got["tokens_predicted"]
+    assert server.state.engine.model.is_eog(got["tokens"][-1])
+
+
 def test_the_stream_adds_up_to_the_answer(server) -> None:
     whole = native(server, {"prompt": PROMPT, "n_predict": 12}).json()
     events, raw = stream_events(server, {"prompt": PROMPT, "n_predict": 12})

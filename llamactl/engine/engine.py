@@ -563,6 +563,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         try:
             for i, slot in enumerate(slots):
                 sampling = req.sampling
+                if req.ignore_eos:  # as llama-server: end-of-generation tokens are never drawn
+                    sampling = _banning(sampling, self.model.eog_tokens)
                 if i and sampling.seed is not None:  # children differ: seed + k
                     sampling = _with_seed(sampling, sampling.seed + i)
                 slot.sampler = SamplerChain(self.model.vocab, self.model.n_vocab, sampling)
@@ -823,6 +825,11 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
                 self.memory.clear(slot)
                 slot._reset_job()
                 slot.state = "idle"
+
+
+def _banning(params: SamplingParams, tokens: tuple[int, ...]) -> SamplingParams:
+    bias = {**params.logit_bias, **{t: float("-inf") for t in tokens}}
+    return replace(params, logit_bias=bias)
 
 
 def _with_seed(params: SamplingParams, seed: int) -> SamplingParams:

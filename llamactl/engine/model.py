@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import threading
 from dataclasses import dataclass, field
@@ -165,6 +166,11 @@ class Model:
     def is_eog(self, token: int) -> bool:
         """End of generation: EOS, EOT and the other stop tokens the vocab declares."""
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    @functools.cached_property
+    def eog_tokens(self) -> tuple[int, ...]:
+        """Every end-of-generation token (read once: `ignore_eos` bans them all)."""
+        return tuple(t for t in range(self.n_vocab) if self.is_eog(t))
 
     def token_text(self, token: int) -> str:
         return self.token_bytes(token, special=True).decode("utf-8", "replace")

@@ -177,7 +177,8 @@ def _final(job: NativeJob, i: int, r: _Result) -> dict[str, Any]:
     out: dict[str, Any] = {
         "index": i,
         "content": r.content,
-        "tokens": r.tokens if job.request.return_tokens else [],
+        # every generated token, the end-of-generation one included (as llama-server)
+        "tokens": (list(done.token_ids) if done else r.tokens) if job.request.return_tokens else [],
         "id_slot": _slot_id(job, k),
         "stop": True,
         "model": job.model,
