@@ -18,8 +18,8 @@ import llama_cpp
 from llamactl.core.errors import TemplateError
 
 from .markers import ThinkingMarkers
-from .messages import Message, check_messages, part_texts
-from .template import cut_after_prefill, prefill_text
+from .messages import Message, part_texts
+from .template import render_turns
 
 __all__ = ["BuiltinTemplate", "builtin_template_names"]
 
@@ -58,14 +58,7 @@ class BuiltinTemplate:
             raise TemplateError(
                 f"the built-in chat template {self.name!r} cannot show tools; use a Jinja template"
             )
-        messages = list(messages)
-        check_messages(messages)
-        if not continue_final_message:
-            return self._apply(messages, add_generation_prompt)
-        prefill = prefill_text(messages)
-        if not prefill.strip():
-            return self._apply(messages[:-1], True)
-        return cut_after_prefill(self._apply(messages, False), prefill)
+        return render_turns(messages, add_generation_prompt, continue_final_message, self._apply)
 
     def _apply(self, messages: list[Message], add_assistant: bool) -> str:
         roles = [str(m.get("role") or "").encode() for m in messages]

@@ -7,7 +7,7 @@ its behaviour (sandbox, extras, assistant prefill) so prompts match what the mod
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -88,20 +88,12 @@ class ChatTemplate:
         With `continue_final_message` the last (assistant) message is left open so the model
         continues it; callers must then pass `add_generation_prompt=False`.
         """
-        if add_generation_prompt and continue_final_message:
-            raise TemplateError(
-                "Cannot set both add_generation_prompt and continue_final_message to true."
-            )
-        messages = list(messages)
-        check_messages(messages)
-        if not continue_final_message:
-            return self._render(messages, tools, add_generation_prompt, template_kwargs)
-        prefill = prefill_text(messages)
-        if not prefill.strip():
-            # Nothing to continue: that is just a fresh assistant turn.
-            return self._render(messages[:-1], tools, True, template_kwargs)
-        rendered = self._render(messages, tools, False, template_kwargs)
-        return cut_after_prefill(rendered, prefill)
+        return render_turns(
+            messages,
+            add_generation_prompt,
+            continue_final_message,
+            lambda msgs, add_gen: self._render(msgs, tools, add_gen, template_kwargs),
+        )
 
     def _render(
         self,
@@ -146,7 +138,31 @@ def _template_error(exc: Exception) -> TemplateError:
     return TemplateError(f"the chat template failed to render: {type(exc).__name__}: {exc}")
 
 
-def prefill_text(messages: Sequence[Message]) -> str:  # also for BuiltinTemplate
+def render_turns(
+    messages: Sequence[Message],
+    add_generation_prompt: bool,
+    continue_final_message: bool,
+    apply: Callable[[list[Message], bool], str],
+) -> str:
+    """The one set of rules for a prompt, whatever writes it (`apply(messages,
+    add_generation_prompt)`: Jinja, or llama.cpp's built-in formats): checked messages, and a
+    continued final assistant message left open after its text."""
+    if add_generation_prompt and continue_final_message:
+        raise TemplateError(
+            "Cannot set both add_generation_prompt and continue_final_message to true."
+        )
+    messages = list(messages)
+    check_messages(messages)
+    if not continue_final_message:
+        return apply(messages, add_generation_prompt)
+    prefill = _prefill_text(messages)
+    if not prefill.strip():
+        # Nothing to continue: that is just a fresh assistant turn.
+        return apply(messages[:-1], True)
+    return _cut_after(apply(messages, False), prefill)
+
+
+def _prefill_text(messages: Sequence[Message]) -> str:
     """The text the model is to continue; checks the conversation ends with one assistant turn."""
     if not messages or messages[-1].get("role") != "assistant":
         raise TemplateError("continue_final_message needs the last message to be the assistant's.")
@@ -157,7 +173,7 @@ def prefill_text(messages: Sequence[Message]) -> str:  # also for BuiltinTemplat
     return texts[-1] if texts else ""
 
 
-def cut_after_prefill(rendered: str, prefill: str) -> str:
+def _cut_after(rendered: str, prefill: str) -> str:
     """Drop whatever the template rendered after the final message's text (end-of-turn tokens)."""
     core = prefill.strip()
     at = rendered.rfind(core)

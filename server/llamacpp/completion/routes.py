@@ -8,7 +8,6 @@ from fastapi.responses import JSONResponse, Response
 
 from ...common import ping_interval, server_state
 from ...prepare import PreparedBodyRoute, off_loop
-from ...sse import sse_response
 from . import serving
 from .protocol import NativeCompletionRequest
 
@@ -25,8 +24,5 @@ router = APIRouter(tags=["completions"], route_class=PreparedBodyRoute)
 @router.post("/completions", include_in_schema=False, response_class=JSONResponse)
 async def completion(body: NativeCompletionRequest, request: Request) -> Response:
     state = server_state(request)
-    pings = ping_interval(state, body.sse_ping_interval)
     job = await off_loop(serving.start, state, body, abandon=lambda job: job.cancel())
-    if body.stream:
-        return sse_response(serving.stream_frames(job), ping_interval=pings, on_close=job.cancel)
-    return JSONResponse(await serving.complete(job, request))
+    return await serving.respond(job, request, ping_interval(state, body.sse_ping_interval))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
+from fastapi.responses import JSONResponse, Response
 
 from llamactl import (
     Done,
@@ -28,7 +29,7 @@ from ...errors import bad_request, from_engine_error
 from ...limits import limits_of
 from ...openai.chat import params
 from ...openai.completions.serving import merged
-from ...sse import data_frame
+from ...sse import data_frame, sse_response
 from ...state import ServerState
 from ...stream_errors import openai_error_frame
 from ..generation_params import generation_params
@@ -196,6 +197,13 @@ def _final(job: NativeJob, i: int, r: _Result) -> dict[str, Any]:
     if job.request.n_probs and not job.request.stream:
         out["completion_probabilities"] = r.probs
     return out
+
+
+async def respond(job: NativeJob, request: Request, pings: float | None) -> Response:
+    """The answer to a started job, as its request asked: a stream, or the whole at once."""
+    if job.request.stream:
+        return sse_response(stream_frames(job), ping_interval=pings, on_close=job.cancel)
+    return JSONResponse(await complete(job, request))
 
 
 async def complete(job: NativeJob, request: Request) -> dict[str, Any] | list[dict[str, Any]]:

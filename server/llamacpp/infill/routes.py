@@ -7,7 +7,6 @@ from fastapi.responses import JSONResponse, Response
 
 from ...common import ping_interval, server_state
 from ...prepare import PreparedBodyRoute, off_loop
-from ...sse import sse_response
 from ..completion import serving as completion
 from . import serving
 from .protocol import InfillRequest
@@ -24,8 +23,5 @@ router = APIRouter(tags=["completions"], route_class=PreparedBodyRoute)
 )
 async def infill(body: InfillRequest, request: Request) -> Response:
     state = server_state(request)
-    pings = ping_interval(state, body.sse_ping_interval)
     job = await off_loop(serving.start, state, body, abandon=lambda job: job.cancel())
-    if body.stream:
-        return sse_response(completion.stream_frames(job), ping_interval=pings, on_close=job.cancel)
-    return JSONResponse(await completion.complete(job, request))
+    return await completion.respond(job, request, ping_interval(state, body.sse_ping_interval))
