@@ -186,3 +186,15 @@ def test_logit_bias_in_llama_servers_forms(server, form) -> None:
 def test_bad_logit_bias_is_a_400(server, bias, needle) -> None:
     r = native(server, {"prompt": PROMPT, "n_predict": 1, "logit_bias": bias})
     assert r.status_code == 400 and needle in r.json()["error"]["message"]
+
+
+def test_ignore_eos_shows_its_bans_in_the_generation_settings(server) -> None:
+    """As llama-server: `ignore_eos` lists every end-of-generation token with bias null (-inf)
+    in `generation_settings.logit_bias`; without it only the request's own biases."""
+    body = {"prompt": PROMPT, "n_predict": 4, "temperature": 0}
+    banned = native(server, {**body, "ignore_eos": True}).json()["generation_settings"]
+    model = server.state.engine.model
+    assert {e["token"] for e in banned["logit_bias"]} == set(model.eog_tokens)
+    assert all(e["bias"] is None for e in banned["logit_bias"])
+    plain = native(server, {**body, "logit_bias": [[42, 1.5]]}).json()["generation_settings"]
+    assert plain["logit_bias"] == [{"token": 42, "bias": 1.5}]

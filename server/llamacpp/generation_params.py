@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 from llamactl import SamplingParams
@@ -11,10 +13,15 @@ __all__ = ["RANDOM_SEED", "generation_params"]
 RANDOM_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: "a new seed each time"
 
 
-def generation_params(sampling: SamplingParams, max_tokens: int | None) -> dict[str, Any]:
+def generation_params(
+    sampling: SamplingParams, max_tokens: int | None, banned: Sequence[int] = ()
+) -> dict[str, Any]:
     """The fields of llama-server's `params` object that llamactl's sampler has; `-1` for no
-    token limit, as llama-server writes it."""
+    token limit, as llama-server writes it. `banned`: the end-of-generation tokens `ignore_eos`
+    bans, listed with the request's own biases (a ban's -inf is written null, as
+    llama-server's JSON has no infinity)."""
     n_predict = -1 if max_tokens is None else max_tokens
+    bias = {**sampling.logit_bias, **{t: float("-inf") for t in banned}}
     return {
         "seed": RANDOM_SEED if sampling.seed is None else sampling.seed,
         "temperature": sampling.temperature,
@@ -29,4 +36,7 @@ def generation_params(sampling: SamplingParams, max_tokens: int | None) -> dict[
         "n_predict": n_predict,
         "n_probs": sampling.n_probs,
         "grammar": sampling.grammar or "",
+        "logit_bias": [
+            {"token": t, "bias": b if math.isfinite(b) else None} for t, b in bias.items()
+        ],
     }

@@ -185,7 +185,11 @@ def _final(job: NativeJob, i: int, r: _Result) -> dict[str, Any]:
         "model": job.model,
         "tokens_predicted": done.usage.completion_tokens if done else len(r.tokens),
         "tokens_evaluated": len(job.prompts[k]),
-        "generation_settings": generation_params(request.sampling, request.max_tokens),
+        "generation_settings": generation_params(
+            request.sampling,
+            request.max_tokens,
+            job.engine.model.eog_tokens if request.ignore_eos else (),
+        ),
         "prompt": job.engine.model.detokenize(job.prompts[k], special=True),
         "has_new_line": "\n" in r.content,
         "truncated": False,
