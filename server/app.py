@@ -32,6 +32,7 @@ API_ROUTERS: list[str] = [
     "llamacpp.completion:router",
     "llamacpp.slots:router",
     "llamacpp.props:router",
+    "llamacpp.lora:router",
 ]
 
 

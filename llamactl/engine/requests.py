@@ -48,6 +48,11 @@ class EngineConfig:
     spec_draft_n_min: int = 0
     spec_draft_p_min: float = 0.0
     spec_adaptive: bool = True  # cap drafts where their rows cost more than they should gain
+    # LoRA adapters: `lora` at scale 1, then `lora_scaled` as (GGUF path, scale), ids in
+    # that order; `lora_init_without_apply` loads them at scale 0 (`Engine.set_lora_scales`)
+    lora: tuple[str, ...] = ()
+    lora_scaled: tuple[tuple[str, float], ...] = ()
+    lora_init_without_apply: bool = False
 
 
 @dataclass(frozen=True)

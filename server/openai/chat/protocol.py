@@ -148,6 +148,11 @@ class SamplingFields(BaseModel):
         "null: the server's --sse-ping-interval",
     )
     cache_prompt: bool = Field(True, description="Reuse a slot's cached prompt prefix")
+    lora: list[dict[str, Any]] | None = Field(
+        None,
+        description="llama-server's per-request LoRA scales, [{id, scale}] (left out: 0):"
+        " accepted when they equal the server's global scales (POST /lora-adapters), else 400",
+    )
     ignore_eos: bool = Field(
         False, description="Keep generating past end-of-generation tokens (benchmarks)"
     )
