@@ -21,11 +21,12 @@ def write_lora_gguf(
     path: Path,
     base: Path,
     *,
-    rank: int = 4,
+    rank: int = 32,
     alpha: float = 8.0,
-    std: float = 0.08,
+    std: float = 0.03,
     seed: int = 3,
     arch: str | None = None,
+    qtype: str = "F16",
 ) -> Path:
     """Write the adapter over `base` (atomically); `arch` overrides the architecture key."""
     import gguf
@@ -45,8 +46,12 @@ def write_lora_gguf(
         n_in, n_out = t.shape  # ggml order: ne0 is the input width
         a = (rng.standard_normal((rank, n_in)) * std).astype(np.float32)
         b = (rng.standard_normal((n_out, rank)) * std).astype(np.float32)
-        writer.add_tensor(f"{t.name}.lora_a", a)
-        writer.add_tensor(f"{t.name}.lora_b", b)
+        for name, arr in ((f"{t.name}.lora_a", a), (f"{t.name}.lora_b", b)):
+            kind = gguf.GGMLQuantizationType[qtype]
+            if kind == gguf.GGMLQuantizationType.F32:
+                writer.add_tensor(name, arr)
+            else:
+                writer.add_tensor(name, gguf.quants.quantize(arr, kind), raw_dtype=kind)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

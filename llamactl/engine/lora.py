@@ -23,7 +23,7 @@ from llamactl.core.gguf_info import read_gguf_info
 
 from .model import Model
 
-__all__ = ["LoraAdapter", "LoraSet", "LoraSpec"]
+__all__ = ["LoraAdapter", "LoraSet", "LoraSpec", "check_adapter"]
 
 LoraSpec = tuple[str, float]  # (path, scale) as the flags give it
 LoraKey = tuple[float, ...]  # every adapter's scale, in id order
@@ -119,8 +119,10 @@ class LoraSet:
         self.adapters = []
 
 
-def _load(model: Model, ident: int, path: str, scale: float) -> LoraAdapter:
-    """Load one adapter, checked first for what llama.cpp would only log."""
+def check_adapter(path: str, architecture: str | None) -> Path:
+    """The adapter file, when it is a LoRA adapter GGUF for `architecture` (what llama.cpp
+    would only log); ModelLoadError naming what is wrong otherwise. Reads metadata only, so
+    `llamactl serve` checks its adapters before it starts listening."""
     file = Path(os.path.expanduser(path))
     if not file.is_file():
         raise ModelLoadError(f"LoRA adapter file not found: {file}")
@@ -131,11 +133,16 @@ def _load(model: Model, ident: int, path: str, scale: float) -> LoraAdapter:
             f"{file} is not a LoRA adapter GGUF (general.type {info.model_type!r},"
             f" adapter.type {adapter_type!r})"
         )
-    arch = model.info.architecture
-    if info.architecture != arch:
+    if info.architecture != architecture:
         raise ModelLoadError(
-            f"LoRA adapter {file} is for architecture {info.architecture!r}; the model is {arch!r}"
+            f"LoRA adapter {file} is for architecture {info.architecture!r};"
+            f" the model is {architecture!r}"
         )
+    return file
+
+
+def _load(model: Model, ident: int, path: str, scale: float) -> LoraAdapter:
+    file = check_adapter(path, model.info.architecture)
     handle = llama_cpp.llama_adapter_lora_init(model.handle, str(file).encode())
     if not handle:
         raise ModelLoadError(
