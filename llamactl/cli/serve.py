@@ -144,8 +144,7 @@ class LogOptions:
 
 def _check_lora(settings, model_path: Path) -> None:
     """Every --lora / --lora-scaled file is a LoRA adapter GGUF for the model's architecture."""
-    from llamactl.core.gguf_info import read_gguf_info
-    from llamactl.engine.lora import check_adapter
+    from llamactl import check_lora_adapter, read_gguf_info
     from llamactl.engine_settings import engine_values
 
     values = engine_values(settings, {"lora", "lora_scaled"})  # ConfigError: bad FNAME:SCALE
@@ -153,7 +152,7 @@ def _check_lora(settings, model_path: Path) -> None:
     if paths:
         architecture = read_gguf_info(model_path).architecture
         for path in paths:
-            check_adapter(path, architecture)
+            check_lora_adapter(path, architecture)
 
 
 def _check_writable(path: Path) -> None:

@@ -18,6 +18,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "llamactl.engine.embeddings": ("Embedder", "EmbedderConfig", "normalize"),
     "llamactl.engine.grammar": ("json_grammar", "json_schema_grammar"),
     "llamactl.engine.speculative": ("parse_spec_types",),
+    "llamactl.engine.lora": ("check_lora_adapter",),
     # chat
     "llamactl.engine.chat.model": ("ChatModel", "ChatRequest", "ChatStream", "RenderedChat"),
     # events
@@ -124,6 +125,7 @@ if TYPE_CHECKING:
     from llamactl.engine.embeddings import Embedder, EmbedderConfig, normalize
     from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
     from llamactl.engine.grammar import json_grammar, json_schema_grammar
+    from llamactl.engine.lora import check_lora_adapter
     from llamactl.engine.model import Model
     from llamactl.engine.speculative import parse_spec_types
     from llamactl.engine.stream import GenerationStream
@@ -200,6 +202,7 @@ __all__ = [
     "Voice",
     "as_float32",
     "as_int16",
+    "check_lora_adapter",
     "decision_type_of",
     "encode",
     "find_mmproj",

@@ -23,7 +23,7 @@ from llamactl.core.gguf_info import read_gguf_info
 
 from .model import Model
 
-__all__ = ["LoraAdapter", "LoraSet", "LoraSpec", "check_adapter"]
+__all__ = ["LoraAdapter", "LoraSet", "LoraSpec", "check_lora_adapter"]
 
 LoraSpec = tuple[str, float]  # (path, scale) as the flags give it
 LoraKey = tuple[float, ...]  # every adapter's scale, in id order
@@ -119,7 +119,7 @@ class LoraSet:
         self.adapters = []
 
 
-def check_adapter(path: str, architecture: str | None) -> Path:
+def check_lora_adapter(path: str, architecture: str | None) -> Path:
     """The adapter file, when it is a LoRA adapter GGUF for `architecture` (what llama.cpp
     would only log); ModelLoadError naming what is wrong otherwise. Reads metadata only, so
     `llamactl serve` checks its adapters before it starts listening."""
@@ -142,7 +142,7 @@ def check_adapter(path: str, architecture: str | None) -> Path:
 
 
 def _load(model: Model, ident: int, path: str, scale: float) -> LoraAdapter:
-    file = check_adapter(path, model.info.architecture)
+    file = check_lora_adapter(path, model.info.architecture)
     handle = llama_cpp.llama_adapter_lora_init(model.handle, str(file).encode())
     if not handle:
         raise ModelLoadError(
