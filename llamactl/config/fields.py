@@ -420,6 +420,16 @@ class Settings:
         Flag(_CACHE, short="-sps"),
         Engine("slot_prompt_similarity"),
     ] = 0.10
+    cache_reuse: Annotated[
+        int,
+        Field(
+            ge=0,
+            description="Shift cached chunks of at least N tokens past the common prefix into"
+            " place instead of decoding them (llama-server's; inexact: shifted RoPE); 0: off.",
+        ),
+        Flag(_CACHE, metavar="N"),
+        Engine("cache_reuse"),
+    ] = 0
     ctx_checkpoints: Annotated[
         int,
         Field(ge=0, description="Checkpoints per slot for hybrid/recurrent/SWA models."),

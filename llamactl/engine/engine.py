@@ -186,6 +186,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             stats=self.stats,
             drafter=next((s for s in self.speculators if isinstance(s, DraftModel)), None),
         )
+        if config.cache_reuse > 0 and not (self.memory.can_shift and self._can_trim):
+            log.warning("--cache-reuse is off: %s cannot shift its memory", model.path)
         self.output = OutputProcessor(
             ctx,
             model,
@@ -581,7 +583,10 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             self.memory.offer(parent, lcp)
             if use_cache:
                 lcp = self.memory.restore(parent, req.prompt, lcp)
-        keep = self.memory.reuse_prefix(parent, req.prompt, lcp if use_cache else 0)
+        n_reuse = self.config.cache_reuse if req.n_cache_reuse is None else req.n_cache_reuse
+        if not use_cache:
+            lcp = n_reuse = 0
+        keep = self.memory.reuse_prefix(parent, req.prompt, lcp, n_reuse)
         now = time.perf_counter()
         slots = [parent]
         for _ in range(req.n - 1):

@@ -53,6 +53,9 @@ class EngineConfig:
     lora: tuple[str, ...] = ()
     lora_scaled: tuple[tuple[str, float], ...] = ()
     lora_init_without_apply: bool = False
+    # llama-server's --cache-reuse: shift cached chunks of at least this many tokens past the
+    # common prefix into place instead of decoding them again; 0: off (inexact: shifted RoPE)
+    cache_reuse: int = 0
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ class GenerationRequest:
     # where user messages start in `prompt` (from the chat template's delimiters): the
     # engine checkpoints there on models that cannot trim their memory
     user_starts: tuple[int, ...] = ()
+    # llama-server's per-request `n_cache_reuse`; None: the engine's `cache_reuse`
+    n_cache_reuse: int | None = None
 
 
 @dataclass
@@ -103,3 +108,4 @@ class EngineStats:
     predicted_seconds: float = 0.0  # finished requests' generation time, summed
     n_tokens_max: int = 0  # the longest sequence (prompt + generated) finished so far
     checkpoints_made: int = 0
+    cache_reuse_shifted: int = 0  # prompt tokens moved into place by --cache-reuse

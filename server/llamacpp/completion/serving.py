@@ -96,6 +96,7 @@ def start(state: ServerState, body: NativeCompletionRequest) -> NativeJob:
             cache_prompt=body.cache_prompt,
             ignore_eos=body.ignore_eos,
             slot=slot,
+            n_cache_reuse=body.n_cache_reuse,
         )
         for tokens in prompts
     ]
