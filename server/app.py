@@ -34,6 +34,7 @@ API_ROUTERS: list[str] = [
     "llamacpp.infill:router",
     "llamacpp.slots:router",
     "llamacpp.props:router",
+    "llamacpp.lora:router",
 ]
 
 

@@ -72,6 +72,8 @@ def _parameter(command: str, name: str, flag: Flag) -> inspect.Parameter:
     decls = [long, *flag.aliases]
     if flag.short and command not in flag.no_short:
         decls.append(flag.short)
+    if flag.repeatable:
+        kind = list[str]
     option = typer.Option(
         *decls,
         help=setting_help(name),
@@ -95,6 +97,13 @@ def _parameters(command: str) -> list[inspect.Parameter]:
     ]
 
 
+def _joined(value: Any) -> Any:
+    """A repeatable flag's values as one comma-separated text (None when not given)."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(value) if value else None
+    return value
+
+
 def settings_options(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a command taking `overrides`: Typer sees the settings' options in its place."""
 
@@ -106,7 +115,7 @@ def settings_options(command: str) -> Callable[[Callable[..., Any]], Callable[..
 
         @functools.wraps(func)
         def command_with_settings(**kwargs: Any) -> Any:
-            overrides = {name: kwargs.pop(name) for name in names}
+            overrides = {name: _joined(kwargs.pop(name)) for name in names}
             return func(**kwargs, overrides=overrides)
 
         params = [*generated, *kept]  # the settings' panels first

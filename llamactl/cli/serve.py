@@ -139,6 +139,7 @@ def serve_command(
             f"not a directory: {settings.slot_save_path}", param_hint="--slot-save-path"
         )
     resolved = resolve_model(settings)
+    _check_lora(settings, resolved.path)  # llama-server exits on a bad adapter too
     settings.resolved_api_keys()  # a missing key file is an error now, not at the first request
     chat_template(settings)  # so is a missing template file (llama-server exits on both)
     chat_template_kwargs(settings)  # and kwargs that are not a JSON object
@@ -166,6 +167,19 @@ class LogOptions:
     level: str
     file: Path | None = None
     json_lines: bool = False
+
+
+def _check_lora(settings, model_path: Path) -> None:
+    """Every --lora / --lora-scaled file is a LoRA adapter GGUF for the model's architecture."""
+    from llamactl import check_lora_adapter, read_gguf_info
+    from llamactl.engine_settings import engine_values
+
+    values = engine_values(settings, {"lora", "lora_scaled"})  # ConfigError: bad FNAME:SCALE
+    paths = [*values["lora"], *(path for path, _ in values["lora_scaled"])]
+    if paths:
+        architecture = read_gguf_info(model_path).architecture
+        for path in paths:
+            check_lora_adapter(path, architecture)
 
 
 def _check_writable(path: Path) -> None:

@@ -53,6 +53,7 @@ _SAMPLING = "Sampling"
 ROUTER_PANEL = _ROUTER = "Router: many models, one child process each"
 _CACHE = "Prompt cache and checkpoints"
 _SPEC = "Speculative decoding"
+_LORA = "LoRA adapters (docs/serve.md, LoRA adapters)"
 _EDGE = "HTTP edge: origins, hosts, body limits"
 _LIMITS = "Request limits (docs/serve.md, Request limits)"
 _SPEECH = "Speech limits (docs/transcribe.md, docs/api-realtime.md)"
@@ -71,6 +72,7 @@ class Flag:
     no_short: frozenset[str] = frozenset()
     long: str | None = None
     negatable: bool = True  # booleans: --x/--no-x
+    repeatable: bool = False  # lists: the flag may be given several times (values joined)
     aliases: tuple[str, ...] = ()  # more spellings, e.g. llama-server's (--temp, --n-predict)
     shown_default: str | None = None  # when the default is not a plain value (None, computed)
     metavar: str | None = None
@@ -101,6 +103,21 @@ class Source:
 def _bookkeeping(**kwargs: Any) -> Any:
     """Not a setting: kept out of equality, repr and SETTING_NAMES."""
     return dataclasses.field(compare=False, repr=False, metadata={"internal": True}, **kwargs)
+
+
+def _lora_scaled(items: list[str]) -> tuple[tuple[str, float], ...]:
+    """`--lora-scaled` items, FNAME:SCALE (the scale follows the last ':'), as (path, scale)."""
+    out: list[tuple[str, float]] = []
+    for item in items:
+        path, sep, scale = item.rpartition(":")
+        try:
+            value = float(scale)
+        except ValueError:
+            value = None
+        if not sep or not path or value is None:
+            raise ConfigError(f"lora_scaled: expected FNAME:SCALE, got {item!r}")
+        out.append((path, value))
+    return tuple(out)
 
 
 def _flash_on(value: str) -> bool:
@@ -426,6 +443,16 @@ class Settings:
         Flag(_CACHE, short="-sps"),
         Engine("slot_prompt_similarity"),
     ] = 0.10
+    cache_reuse: Annotated[
+        int,
+        Field(
+            ge=0,
+            description="Shift cached chunks of at least N tokens past the common prefix into"
+            " place instead of decoding them (llama-server's; inexact: shifted RoPE); 0: off.",
+        ),
+        Flag(_CACHE, metavar="N"),
+        Engine("cache_reuse"),
+    ] = 0
     ctx_checkpoints: Annotated[
         int,
         Field(ge=0, description="Checkpoints per slot for hybrid/recurrent/SWA models."),
@@ -468,6 +495,25 @@ class Settings:
         Flag(_SPEC),
         Engine("spec_draft_p_min"),
     ] = 0.0
+    # LoRA adapters (llama-server's --lora, --lora-scaled, --lora-init-without-apply)
+    lora: Annotated[
+        list[str],
+        Field(description="LoRA adapter GGUF(s) at scale 1; repeat the flag or comma-separate."),
+        Flag(_LORA, repeatable=True, metavar="FNAME", shown_default="none"),
+        Engine("lora", convert=tuple),
+    ] = Field(default_factory=list)
+    lora_scaled: Annotated[
+        list[str],
+        Field(description="LoRA adapter GGUF(s) with their scale: FNAME:SCALE, comma-separated."),
+        Flag(_LORA, repeatable=True, metavar="FNAME:SCALE,...", shown_default="none"),
+        Engine("lora_scaled", convert=_lora_scaled),
+    ] = Field(default_factory=list)
+    lora_init_without_apply: Annotated[
+        bool,
+        Field(description="Load the LoRA adapters at scale 0 (set them with POST /lora-adapters)."),
+        Flag(_LORA, negatable=False, shown_default="off"),
+        Engine("lora_init_without_apply"),
+    ] = False
     chat_template_file: Annotated[
         Path | None,
         Field(description="Jinja file replacing the model's template."),

@@ -20,6 +20,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "llamactl.engine.infill": ("FimTokens", "infill_tokens"),
     "llamactl.engine.grammar": ("json_grammar", "json_schema_grammar"),
     "llamactl.engine.speculative": ("parse_spec_types",),
+    "llamactl.engine.lora": ("check_lora_adapter",),
     # chat
     "llamactl.engine.chat.model": ("ChatModel", "ChatRequest", "ChatStream", "RenderedChat"),
     "llamactl.engine.media_prompt": ("MediaInput", "UNSUPPORTED_MEDIA_MESSAGES"),
@@ -129,6 +130,7 @@ if TYPE_CHECKING:
     from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
     from llamactl.engine.grammar import json_grammar, json_schema_grammar
     from llamactl.engine.infill import FimTokens, infill_tokens
+    from llamactl.engine.lora import check_lora_adapter
     from llamactl.engine.media_prompt import UNSUPPORTED_MEDIA_MESSAGES, MediaInput
     from llamactl.engine.model import Model
     from llamactl.engine.rerank import has_rank_head, rerank_template, rerank_tokens
@@ -212,6 +214,7 @@ __all__ = [
     "Voice",
     "as_float32",
     "as_int16",
+    "check_lora_adapter",
     "decision_type_of",
     "encode",
     "find_mmproj",

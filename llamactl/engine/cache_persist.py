@@ -65,6 +65,13 @@ class CachePersister:
         self.prefix = identity.key() + "-"
         self._written: dict[str, int] = {}  # this identity's sound files on disk -> state bytes
 
+    def rekey(self, identity: StateIdentity) -> None:
+        """Write under `identity` from now on (new LoRA scales); the old identity's files stay
+        on disk for a start that matches them."""
+        self.identity = identity
+        self.prefix = identity.key() + "-"
+        self._written = {}
+
     def name_for(self, tokens: list[int]) -> str:
         digest = hashlib.sha256(struct.pack(f"<{len(tokens)}i", *tokens)).hexdigest()[:32]
         return f"{self.prefix}{digest}{SUFFIX}"
@@ -170,6 +177,8 @@ def persist_items(
             continue
         items.append(PersistItem(name, snap.nbytes, snap))
     for entry in reversed(cache.entries):
+        if entry.layout != cache.layout:  # computed under other LoRA scales
+            continue
         snap = SeqSnapshot(entry.tokens, entry.state, entry.checkpoints)
         items.append(PersistItem(persister.name_for(entry.tokens), snap.nbytes, snap))
     return items

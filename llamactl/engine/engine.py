@@ -43,6 +43,7 @@ from .drafting import DraftPolicy
 from .kv_reuse import SlotMemory
 from .limits import MAX_DRAFT
 from .loop import DecodeLoop
+from .lora import LoraSet
 from .model import Model
 from .output import OutputProcessor
 from .prompt_cache import CacheEntry, PromptCache
@@ -92,6 +93,7 @@ class _Call:
     slot_id: int | None
     fn: Callable[[Slot | None], Any]
     future: Future[Any] = field(default_factory=Future)
+    all_idle: bool = False  # wait until no slot is busy, admitting nothing meanwhile
 
 
 class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
@@ -122,6 +124,13 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             ),
         )
         self._ctx = ctx
+        try:
+            specs = [*((path, 1.0) for path in config.lora), *config.lora_scaled]
+            self.lora = LoraSet(model, specs, apply=not config.lora_init_without_apply)
+            self.lora.apply(ctx)
+        except BaseException:
+            llama_cpp.llama_free(ctx)
+            raise
         self._mem = memory_of(ctx)
         self.n_ctx = llama_cpp.llama_n_ctx(ctx)
         self.n_batch = llama_cpp.llama_n_batch(ctx)
@@ -146,10 +155,18 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             config.flash_attn,
             self.kv_type,
         )
-        self.cache = PromptCache(cache_mib, layout) if cache_mib != 0 else None
+        self._cache_layout = layout  # the prompt cache's key is this plus the LoRA scales
+        self.cache = PromptCache(cache_mib, (*layout, self.lora.key)) if cache_mib != 0 else None
         path, size, mtime_ns = model_identity(model.path)
         self.identity = StateIdentity(
-            path, size, mtime_ns, self.n_ctx_seq, self.kv_type, config.kv_unified, config.flash_attn
+            path,
+            size,
+            mtime_ns,
+            self.n_ctx_seq,
+            self.kv_type,
+            config.kv_unified,
+            config.flash_attn,
+            self._lora_identity(),
         )
         self.stats = EngineStats()
         self._draft_model: Model | None = None
@@ -157,6 +174,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         try:
             self.speculators: list[Speculator] = self._make_speculators(config, threads)
         except BaseException:
+            self.lora.close()
             llama_cpp.llama_free(ctx)
             raise
         self._batch = Batch(self.n_batch)
@@ -173,6 +191,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             stats=self.stats,
             drafter=next((s for s in self.speculators if isinstance(s, DraftModel)), None),
         )
+        if config.cache_reuse > 0 and not (self.memory.can_shift and self._can_trim):
+            log.warning("--cache-reuse is off: %s cannot shift its memory", model.path)
         self.output = OutputProcessor(
             ctx,
             model,
@@ -323,18 +343,67 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         ).result()
         return persister.write(items)
 
-    def _on_decode_thread(self, slot_id: int | None, fn: Callable[[Any], Any]) -> Future[Any]:
+    def _on_decode_thread(
+        self, slot_id: int | None, fn: Callable[[Any], Any], *, all_idle: bool = False
+    ) -> Future[Any]:
         """Run `fn(slot)` on the decode thread between two steps, once slot `slot_id` is idle
-        (a busy slot's job ends first, as llama-server defers a slot task)."""
+        (a busy slot's job ends first, as llama-server defers a slot task); with `all_idle`,
+        once every slot is (no request is admitted meanwhile)."""
         if slot_id is not None and not 0 <= slot_id < len(self._slots):
             raise InvalidRequestError("Invalid slot ID")
-        call = _Call(slot_id, fn)
+        call = _Call(slot_id, fn, all_idle=all_idle)
         with self._cv:
             if self._closing:
                 raise EngineClosedError("the server is shutting down")
             self._calls.append(call)
             self._cv.notify()
         return call.future
+
+    # ------------------------------------------------------------ LoRA adapters
+    def lora_adapters(self) -> list[dict[str, Any]]:
+        """The loaded adapters and their global scales (`GET /lora-adapters`)."""
+        return self.lora.info(self._token_text)
+
+    def _token_text(self, token: int) -> str:
+        return self.model.token_bytes(token, special=True).decode("utf-8", "replace")
+
+    def set_lora_scales(self, entries: Any) -> Future[None]:
+        """Set the global scales from llama-server's `[{"id", "scale"}]` (adapters left out
+        get 0). Applied between steps once no slot is busy (running requests end under the
+        scales they started with); KV computed under other scales is never reused."""
+        scales = self.lora.scales_from(entries)
+        return self._on_decode_thread(None, lambda _: self._switch_lora(scales), all_idle=True)
+
+    def check_lora(self, entries: Any) -> None:
+        """Accept a request's `lora` list only when it equals the global scales: one decode
+        applies one set of adapters to the whole batch, so per-request scales cannot be
+        served alongside others."""
+        if self.lora.scales_from(entries) != self.lora.key:
+            raise InvalidRequestError(
+                'per-request LoRA scales are not supported: a request\'s "lora" must equal'
+                f" the server's scales {list(self.lora.key)}; set them with POST /lora-adapters"
+            )
+
+    def _lora_identity(self) -> str:
+        return ",".join(f"{a.path}:{a.scale!r}" for a in self.lora.adapters)
+
+    def _switch_lora(self, scales: tuple[float, ...]) -> None:
+        """Decode thread, every slot idle: save what the slots hold under the old scales to
+        the prompt cache (keyed by them), empty the slots, apply the new scales."""
+        if scales == self.lora.key:
+            return
+        for slot in self._slots:
+            if self.cache is not None:
+                self.memory.offer(slot, 0, idle=True)
+            self.memory.clear(slot)
+        self.lora.set_scales(scales)
+        self.lora.apply(self._ctx)
+        if self.cache is not None:
+            self.cache.layout = (*self._cache_layout, self.lora.key)
+        self.identity = replace(self.identity, lora=self._lora_identity())
+        self.slot_files.identity = self.identity
+        if self._persister is not None:
+            self._persister.rekey(self.identity)
 
     def _persist_periodically(self) -> None:
         while not self._persist_stop.wait(self.config.cache_persist_interval):
@@ -392,6 +461,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         if self._draft_model is not None:
             self._draft_model.close()
         llama_cpp.llama_free(self._ctx)  # once: _stop_loop admits one close, after the last step
+        self.lora.close()
         if self.projector is not None:
             self.projector.close()
 
@@ -506,7 +576,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         waiting: list[_Call] = []
         for call in self._deferred:
             slot = self._slots[call.slot_id] if call.slot_id is not None else None
-            if slot is not None and slot.busy:
+            if (slot is not None and slot.busy) or (call.all_idle and self.busy_slots):
                 waiting.append(call)
                 continue
             if not call.future.set_running_or_notify_cancel():
@@ -520,6 +590,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
     # ------------------------------------------------------------ admission
     def _admit(self) -> None:
         """Move waiting requests into free slots, first come first served."""
+        if any(c.all_idle for c in self._deferred):
+            return  # a call waits for every slot to be idle
         while True:
             with self._cv:
                 if not self._queue or not self._can_start(self._queue[0][1]):
@@ -539,11 +611,12 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             self.memory.offer(parent, lcp)
             if use_cache:
                 lcp = self.memory.restore(parent, req.prompt, lcp)
+        n_reuse = self.config.cache_reuse if req.n_cache_reuse is None else req.n_cache_reuse
         if not use_cache:
-            lcp = 0
-        elif req.media is not None:  # a media chunk is kept whole or decoded again
-            lcp = req.media.floor(lcp)
-        keep = self.memory.reuse_prefix(parent, req.prompt, lcp)
+            lcp = n_reuse = 0
+        elif req.media is not None:  # a media chunk is kept whole or decoded again, never moved
+            lcp, n_reuse = req.media.floor(lcp), 0
+        keep = self.memory.reuse_prefix(parent, req.prompt, lcp, n_reuse)
         now = time.perf_counter()
         slots = [parent]
         for _ in range(req.n - 1):

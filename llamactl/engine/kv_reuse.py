@@ -42,6 +42,8 @@ class SlotMemory:
         self._can_trim = can_trim
         self.stats = stats
         self.drafter = drafter  # its sequences follow the target's through the cache
+        # --cache-reuse moves KV cells: only where llama.cpp can shift positions
+        self.can_shift = bool(llama_cpp.llama_memory_can_shift(self._mem))
 
     def trim(self, slot: Slot, n: int) -> None:
         """Drop the slot's KV from position `n` on (rejected drafts, companion rows)."""
@@ -160,11 +162,15 @@ class SlotMemory:
         slot.checkpoints.append(Checkpoint(n, data))
         self.stats.checkpoints_made += 1
 
-    def reuse_prefix(self, slot: Slot, prompt: list[int], lcp: int) -> int:
+    def reuse_prefix(self, slot: Slot, prompt: list[int], lcp: int, min_chunk: int = 0) -> int:
         """Trim the slot's KV to the shared prefix; return how many prompt tokens it keeps.
+        With `min_chunk` > 0 (--cache-reuse, on memory that can shift), cached chunks of at
+        least that many tokens past the prefix are shifted into place first (`shift_chunks`).
 
         At least the last prompt token is always decoded again: its logits are needed.
         """
+        if min_chunk > 0 and self._can_trim and self.can_shift:
+            lcp = self.shift_chunks(slot, prompt, lcp, min_chunk)
         keep = min(lcp, len(prompt) - 1)
         if keep <= 0:
             self.clear(slot)
@@ -179,6 +185,41 @@ class SlotMemory:
                 return 0
             del slot.kv_tokens[keep:]
         return keep
+
+    def shift_chunks(self, slot: Slot, prompt: list[int], n_past: int, min_chunk: int) -> int:
+        """llama-server's --cache-reuse: walk the slot's cached tokens past the common prefix;
+        each run of at least `min_chunk` tokens that continues the new prompt is moved to its
+        place there (`seq_rm` the gap, `seq_add` the run's positions) instead of being decoded
+        again. Return the prompt tokens the KV now holds in order. Inexact: the moved keys
+        were rotated (RoPE) at their old positions and shifted by llama.cpp, so an answer may
+        differ from a cold run's."""
+        cached = slot.kv_tokens
+        seq = slot.seq_id
+        head_c = head_p = n_past
+        end_p = len(prompt) - 1  # the last prompt token is decoded again in any case
+        while head_c < len(cached) and head_p < end_p:
+            n = 0
+            while (
+                head_c + n < len(cached)
+                and head_p + n < end_p
+                and cached[head_c + n] == prompt[head_p + n]
+            ):
+                n += 1
+            if n >= min_chunk:
+                if head_c > head_p:
+                    llama_cpp.llama_memory_seq_rm(self._mem, seq, head_p, head_c)
+                    llama_cpp.llama_memory_seq_add(
+                        self._mem, seq, head_c, head_c + n, head_p - head_c
+                    )
+                    cached[head_p : head_p + n] = cached[head_c : head_c + n]
+                    self.stats.cache_reuse_shifted += n
+                head_c += n
+                head_p += n
+            else:
+                head_c += 1
+        if head_p > n_past:
+            log.debug("cache reuse: slot %d keeps %d tokens (prefix %d)", seq, head_p, n_past)
+        return head_p
 
     def _rollback(self, slot: Slot, keep: int) -> int:
         """Restore the latest checkpoint at or before `keep` and trim the attention KV after

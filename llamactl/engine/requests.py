@@ -51,6 +51,14 @@ class EngineConfig:
     spec_draft_n_min: int = 0
     spec_draft_p_min: float = 0.0
     spec_adaptive: bool = True  # cap drafts where their rows cost more than they should gain
+    # LoRA adapters: `lora` at scale 1, then `lora_scaled` as (GGUF path, scale), ids in
+    # that order; `lora_init_without_apply` loads them at scale 0 (`Engine.set_lora_scales`)
+    lora: tuple[str, ...] = ()
+    lora_scaled: tuple[tuple[str, float], ...] = ()
+    lora_init_without_apply: bool = False
+    # llama-server's --cache-reuse: shift cached chunks of at least this many tokens past the
+    # common prefix into place instead of decoding them again; 0: off (inexact: shifted RoPE)
+    cache_reuse: int = 0
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,8 @@ class GenerationRequest:
     # images or audio in the prompt: `prompt` is `media.tokens`, with a placeholder id for
     # each position a media chunk fills (see media_prompt.py)
     media: MediaPrompt | None = None
+    # llama-server's per-request `n_cache_reuse`; None: the engine's `cache_reuse`
+    n_cache_reuse: int | None = None
 
 
 @dataclass
@@ -106,3 +116,4 @@ class EngineStats:
     predicted_seconds: float = 0.0  # finished requests' generation time, summed
     n_tokens_max: int = 0  # the longest sequence (prompt + generated) finished so far
     checkpoints_made: int = 0
+    cache_reuse_shifted: int = 0  # prompt tokens moved into place by --cache-reuse

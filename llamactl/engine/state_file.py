@@ -84,13 +84,20 @@ class StateIdentity:
     kv_type: str
     kv_unified: bool
     flash_attn: bool
+    # the LoRA adapters' paths and scales the KV was computed under ("": none); left out of
+    # the header when empty, so files written before adapters existed keep their identity
+    lora: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if not self.lora:
+            del out["lora"]
+        return out
 
     def differences(self, other: dict[str, Any]) -> list[str]:
         """The fields where `other` (a file's header) differs from this identity."""
-        return [k for k, v in asdict(self).items() if other.get(k) != v]
+        absent = {"lora": ""}  # fields older headers lack
+        return [k for k, v in asdict(self).items() if other.get(k, absent.get(k)) != v]
 
     def key(self) -> str:
         """A short stable name for this identity (file-name prefix of the persistent cache)."""

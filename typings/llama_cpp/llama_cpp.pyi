@@ -7,6 +7,8 @@ llama_context_p = NewType("llama_context_p", int)
 llama_vocab_p = NewType("llama_vocab_p", int)
 llama_sampler_p = NewType("llama_sampler_p", int)
 llama_memory_t = NewType("llama_memory_t", int)
+llama_adapter_lora_p = NewType("llama_adapter_lora_p", int)
+llama_adapter_lora_p_ctypes: TypeAlias = Any  # ctypes.POINTER(ctypes.c_void_p)
 
 # scalar types: ctypes classes (`llama_token * n` is an array type, `llama_pos(0)` a cell)
 llama_token: TypeAlias = ctypes.c_int32
@@ -182,6 +184,30 @@ def llama_memory_seq_cp(
 ) -> None: ...
 def llama_memory_seq_pos_min(mem: llama_memory_t, seq_id: int, /) -> int: ...
 def llama_memory_seq_pos_max(mem: llama_memory_t, seq_id: int, /) -> int: ...
+def llama_memory_seq_add(
+    mem: llama_memory_t, seq_id: int, p0: int, p1: int, delta: int, /
+) -> None: ...
+def llama_memory_can_shift(mem: llama_memory_t, /) -> bool: ...
+
+# LoRA adapters: loaded against a model, applied to a context with their scales
+def llama_adapter_lora_init(
+    model: llama_model_p, path_lora: bytes, /
+) -> llama_adapter_lora_p | None: ...
+def llama_adapter_lora_free(adapter: llama_adapter_lora_p, /) -> None: ...
+def llama_adapter_meta_val_str(
+    adapter: llama_adapter_lora_p, key: bytes, buf: ctypes.Array[ctypes.c_char], buf_size: int, /
+) -> int: ...
+def llama_adapter_get_alora_n_invocation_tokens(adapter: llama_adapter_lora_p, /) -> int: ...
+def llama_adapter_get_alora_invocation_tokens(
+    adapter: llama_adapter_lora_p, /
+) -> ctypes._Pointer[ctypes.c_int32] | None: ...
+def llama_set_adapters_lora(
+    ctx: llama_context_p,
+    adapters: ctypes.Array[Any] | None,
+    n_adapters: int,
+    scales: ctypes.Array[ctypes.c_float] | None,
+    /,
+) -> int: ...
 
 # per-sequence state
 def llama_state_seq_get_size_ext(ctx: llama_context_p, seq_id: int, flags: int, /) -> int: ...

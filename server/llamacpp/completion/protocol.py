@@ -33,6 +33,12 @@ class NativeCompletionRequest(SamplingFields):
     json_schema: dict[str, Any] | None = Field(
         None, description="Constrain the output to this JSON Schema"
     )
+    n_cache_reuse: int | None = Field(
+        None,
+        ge=0,
+        description="Shift cached chunks of at least this many tokens into place (inexact);"
+        " 0: off; absent: the server's --cache-reuse",
+    )
     id_slot: int = Field(
         -1,
         description="The slot to run in (waiting for it while it is busy; an id past the last"

@@ -107,6 +107,7 @@ def start_prompts(
             ignore_eos=body.ignore_eos,
             slot=slot,
             report_progress=body.return_progress and body.stream,
+            n_cache_reuse=body.n_cache_reuse,
         )
         for tokens in prompts
     ]

@@ -25,9 +25,11 @@ def props_of(state: ServerState) -> dict[str, Any]:
     chat = state.require_chat()
     settings = state.settings
     model = engine.model
+    params = generation_params(sampling_defaults(settings), settings.max_tokens)
+    params["lora"] = [{"id": i, "scale": s} for i, s in enumerate(engine.lora.key)]
     return {
         "default_generation_settings": {
-            "params": generation_params(sampling_defaults(settings), settings.max_tokens),
+            "params": params,
             "n_ctx": engine.n_ctx_seq,  # the slot's size, as llama-server reports it
         },
         "total_slots": engine.config.n_parallel,

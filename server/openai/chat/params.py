@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from llamactl import Done, SamplingParams, Timings, TokenLogprob
+from llamactl import Done, LlamactlError, SamplingParams, Timings, TokenLogprob
 
 from ...common import (
     INT32_MAX,
@@ -19,7 +19,7 @@ from ...common import (
     sampling_params,
     total_usage,
 )
-from ...errors import bad_request
+from ...errors import bad_request, from_engine_error
 from ...limits import limits_of
 from ...state import ServerState
 from ...version import server_version
@@ -77,7 +77,13 @@ def grammar_of(state: ServerState, body: SamplingFields) -> str | None:
 
 
 def sampling_of(state: ServerState, body: SamplingFields) -> SamplingParams:
-    """Validated sampling parameters; a seed of -1 means random even with a server --seed."""
+    """Validated sampling parameters; a seed of -1 means random even with a server --seed.
+    A request's `lora` is checked here too: every generation reads its sampling."""
+    if body.lora is not None:
+        try:
+            state.require_text_engine().check_lora(body.lora)
+        except LlamactlError as exc:
+            raise from_engine_error(exc) from exc
     seed = body.seed
     params = sampling_params(
         state,

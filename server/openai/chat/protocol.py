@@ -156,6 +156,11 @@ class SamplingFields(BaseModel):
         description="In a stream, report prompt processing as `prompt_progress` {total, cache, "
         "processed, time_ms}: once when it starts and after each prompt batch (llama-server)",
     )
+    lora: list[dict[str, Any]] | None = Field(
+        None,
+        description="llama-server's per-request LoRA scales, [{id, scale}] (left out: 0):"
+        " accepted when they equal the server's global scales (POST /lora-adapters), else 400",
+    )
     ignore_eos: bool = Field(
         False, description="Keep generating past end-of-generation tokens (benchmarks)"
     )
