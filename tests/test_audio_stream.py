@@ -212,3 +212,17 @@ def test_prefix_padding_survives_buffer_compaction(service):
         stream.commit()
         done = completed(drain(stream))
     assert wer(SENTENCES[0], done[0].transcript) <= WER_BOUND, done[0].transcript
+
+
+def test_a_reading_ahead_is_reused_only_when_it_holds_the_end_padding():
+    """A partial taken just after the last word lacks the end padding the final reading has;
+    reusing it made the transcript depend on when that partial happened to run."""
+    from llamactl.engine.audio.stream import _Region
+
+    pad = 3200
+    quiet, end = 48000, 48000 + pad
+    cut_short = _Region(0, 16000, end=end, quiet_from=quiet, read_end=quiet + 512)
+    padded = _Region(0, 16000, end=end, quiet_from=quiet, read_end=quiet + pad)
+    longer = _Region(0, 16000, end=end, quiet_from=quiet, read_end=end + 4096)
+    assert not cut_short.reusable(pad)
+    assert padded.reusable(pad) and longer.reusable(pad)

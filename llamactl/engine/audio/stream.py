@@ -69,14 +69,19 @@ class _Region:
     partial_at: int = 0
     dead: bool = False
 
-    def reusable(self) -> bool:
-        """Does the reading done ahead cover exactly the speech of the closed region?"""
+    def reusable(self, end_padding: int) -> bool:
+        """Does the reading done ahead cover the closed region's speech and its end padding?
+
+        A partial reading that stops just after the last word is not enough: Whisper reads a
+        word cut at its very end differently, so reusing it would make the transcript depend
+        on when that partial happened to be taken.
+        """
         if self.read_end < 0 or self.end is None:
             return False
         if self.read_end == self.end:
             return True
         q = self.quiet_from
-        return q is not None and self.read_end >= q and self.end >= q
+        return q is not None and self.end >= q and self.read_end >= min(self.end, q + end_padding)
 
 
 @dataclass
@@ -334,7 +339,7 @@ class TranscriptionStream:
         )
 
     def _plan_final(self) -> Job | None:
-        while self._ready and self._ready[0].reusable():
+        while self._ready and self._ready[0].reusable(self.vad.samples(self.vad.end_padding_ms)):
             region = self._ready[0]
             self._finalize(region, region.read_text)
         if not self._ready:
