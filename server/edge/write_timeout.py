@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
-from collections.abc import Awaitable
 from typing import Any
 
 from .asgi import ASGIApp, Receive, Scope, Send
@@ -24,19 +22,41 @@ __all__ = ["WriteTimeoutMiddleware"]
 log = logging.getLogger("llamactl.server")
 
 
-if sys.version_info >= (3, 11):
-
-    async def _within(seconds: float, aw: Awaitable[None]) -> None:
-        async with asyncio.timeout(seconds):  # a timer, no task per write
-            await aw
-
-else:
-
-    async def _within(seconds: float, aw: Awaitable[None]) -> None:
-        await asyncio.wait_for(aw, seconds)
-
-
 _DISCONNECT = {"type": "http.disconnect"}
+
+
+class _Watchdog:
+    """One timer per response that cancels a write stuck for `timeout` seconds.
+
+    A timeout around every write (a Timeout and a timer handle per token) is paid on the hot
+    path; the watchdog only notes when the current write began, and its one timer looks at
+    that once per `timeout` seconds, exactly as `asyncio.timeout` turns its cancellation into
+    a timeout of the write alone.
+    """
+
+    __slots__ = ("timeout", "loop", "task", "since", "fired", "handle")
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.loop = asyncio.get_running_loop()
+        self.task: asyncio.Task[Any] | None = None
+        self.since: float | None = None
+        self.fired = False
+        self.handle = self.loop.call_later(timeout, self.check)
+
+    def check(self) -> None:
+        now = self.loop.time()
+        since = self.since
+        if since is not None and now - since >= self.timeout and self.task is not None:
+            # the write has waited `timeout` seconds: end it as a timeout would
+            self.fired = True
+            self.task.cancel()
+            return
+        start = now if since is None else since
+        self.handle = self.loop.call_at(start + self.timeout, self.check)
+
+    def stop(self) -> None:
+        self.handle.cancel()
 
 
 class WriteTimeoutMiddleware:
@@ -49,21 +69,33 @@ class WriteTimeoutMiddleware:
             await self.app(scope, receive, send)
             return
         abandoned = asyncio.Event()
+        watch = _Watchdog(self.timeout)
+
+        def abandon() -> None:
+            log.warning(
+                "%s %s: the client read nothing for %g s; its response is abandoned",
+                scope.get("method"),
+                scope["path"],
+                self.timeout,
+            )
+            abandoned.set()
 
         async def timed_send(message: dict[str, Any]) -> None:
             # Once abandoned, writes are dropped at once, as uvicorn drops a gone client's.
             if abandoned.is_set():
                 return
+            watch.task = asyncio.current_task()  # the body may be written by a child task
+            watch.since = watch.loop.time()
             try:
-                await _within(self.timeout, send(message))
-            except (TimeoutError, asyncio.TimeoutError):
-                log.warning(
-                    "%s %s: the client read nothing for %g s; its response is abandoned",
-                    scope.get("method"),
-                    scope["path"],
-                    self.timeout,
-                )
-                abandoned.set()
+                await send(message)
+            except asyncio.CancelledError:
+                if not watch.fired:
+                    raise
+                watch.fired = False
+                _uncancel(watch.task)
+                abandon()
+            finally:
+                watch.since = None
 
         async def watched_receive() -> dict[str, Any]:
             if abandoned.is_set():
@@ -78,4 +110,14 @@ class WriteTimeoutMiddleware:
                     message.cancel()  # takes effect later: `cancelled()` is still False
             return message.result() if message.done() else _DISCONNECT
 
-        await self.app(scope, watched_receive, timed_send)
+        try:
+            await self.app(scope, watched_receive, timed_send)
+        finally:
+            watch.stop()
+
+
+def _uncancel(task: asyncio.Task[Any] | None) -> None:
+    """Forget the watchdog's cancellation (Python 3.11+), as `asyncio.timeout` does."""
+    uncancel = getattr(task, "uncancel", None)
+    if uncancel is not None:
+        uncancel()
