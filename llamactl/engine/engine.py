@@ -60,7 +60,7 @@ from .speculative import (
 )
 from .state_file import StateIdentity, model_identity
 from .stops import StopMatcher
-from .stream import GenerationStream
+from .stream import GenerationStream, deliver_pending
 from .types import Done, PromptProgress, SamplingParams, SlotInfo, Timings, Usage
 from .ubatch import plan_companions
 
@@ -832,6 +832,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             slot.children = []
         for slot, rows, draft, spec in verify:
             self._verify(slot, rows, draft, spec)
+        deliver_pending()  # before a prompt chunk or media decoded next in this step
 
     def _add_companions(self, batch: Batch) -> list[tuple[int, int]]:
         """Give every row llama.cpp would compute alone a companion (see ubatch.py); return

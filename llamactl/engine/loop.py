@@ -16,6 +16,7 @@ from typing import Generic, TypeVar
 from llamactl.core.errors import EngineClosedError, QueueFullError
 
 from .requests import EngineStats
+from .stream import deliver_together
 
 __all__ = ["DecodeLoop"]
 
@@ -75,7 +76,8 @@ class DecodeLoop(ABC, Generic[Item]):
                     return
                 self._take_commands()
             try:
-                self._tick()
+                with deliver_together():
+                    self._tick()
             except Exception as exc:  # never let the decode thread die silently
                 log.exception("decode step failed")
                 self._fail_all(exc)
