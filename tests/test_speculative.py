@@ -8,7 +8,13 @@ import pytest
 from llamactl.core.errors import InvalidRequestError
 from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
 from llamactl.engine.model import Model
-from llamactl.engine.speculative import NgramCache, NgramSimple, SeqState, parse_spec_types
+from llamactl.engine.speculative import (
+    NgramCache,
+    NgramMod,
+    NgramSimple,
+    SeqState,
+    parse_spec_types,
+)
 from llamactl.engine.types import SamplingParams, TextDelta
 from llamactl.models import embedded_model_path
 
@@ -77,7 +83,9 @@ def baseline(model):
         }
 
 
-@pytest.mark.parametrize("types", [("ngram-simple",), ("ngram-cache",), ("draft-simple",)])
+@pytest.mark.parametrize(
+    "types", [("ngram-simple",), ("ngram-mod",), ("ngram-cache",), ("draft-simple",)]
+)
 @pytest.mark.parametrize("n_parallel", [1, 4])
 def test_speculation_gives_the_same_tokens(model, baseline, types, n_parallel):
     ps = prompts(model)
@@ -86,7 +94,7 @@ def test_speculation_gives_the_same_tokens(model, baseline, types, n_parallel):
         assert [d.token_ids for d in dones] == baseline["greedy"]
         spec = eng.speculators[0]
         assert spec.name == types[0]
-        if types != ("ngram-cache",):  # the n-gram cache may not have seen enough yet
+        if types not in (("ngram-cache",), ("ngram-mod",)):  # may not have seen enough yet
             assert spec.stats.drafts > 0 and spec.stats.accepted > 0
         assert sum(d.timings.draft_n for d in dones) == spec.stats.drafted
         assert sum(d.timings.draft_n_accepted for d in dones) == spec.stats.accepted
@@ -138,6 +146,45 @@ def test_prompt_lookup_and_ngram_cache_drafts():
     cache = NgramCache(min_hits=2)
     text = [7, 8, 9, 10] * 3 + [7, 8]
     assert cache.draft(SeqState(), text, 4) == [9, 10, 7, 8]
+
+
+def _llama_cpp_hash(tokens: list[int], size: int) -> int:
+    """common_ngram_mod::idx, written out: the tokens as digits, modulo 2^64 and the size."""
+    res = 0
+    for t in tokens:
+        res = (res * 6364136223846793005 + t) % 2**64
+    return res % size
+
+
+def test_ngram_mod_uses_llama_cpps_table_and_drafts_long_matches_only():
+    mod = NgramMod(n_match=4, n_min=3, n_max=64)
+    assert mod.n_max == 48  # a draft and its row stay under one flash-attention kernel
+    text = list(range(100, 120))
+    seq = SeqState()
+    # the text, then its start again: the draft is the rest of the text
+    draft = mod.draft(seq, text + text[:4], 6)
+    assert draft == text[4:10]
+    # every n-gram sits where llama.cpp's hash puts it, holding the token that followed it
+    for i in range(len(text) - 4):
+        assert mod.table[_llama_cpp_hash(text[i : i + 4], mod.size)] == text[i + 4]
+    # the history grows token by token (the rolling hash), and the n-grams after it too
+    grown = text + text[:4] + [555, 556, 557, 558, 559]
+    assert mod.draft(seq, grown, 6) == []  # 556..559 were never followed by anything yet
+    assert mod.table[_llama_cpp_hash([text[3], 555, 556, 557], mod.size)] == 558
+    # a window seen nowhere drafts nothing; a seen one follows the table to n_max
+    fresh = NgramMod(n_match=2, n_min=5, n_max=8)
+    assert fresh.draft(SeqState(), [1, 2, 3, 4, 5, 6, 7, 8, 9], 8) == []
+    assert fresh.draft(SeqState(), [1, 2, 3, 4, 5, 6, 7, 1, 2], 8) == [3, 4, 5, 6, 7, 1, 2, 3]
+
+
+def test_ngram_mod_forgets_its_table_after_five_poor_drafts_in_a_row():
+    mod = NgramMod(n_match=2, n_min=1, n_max=8)
+    seq = SeqState()
+    assert mod.draft(seq, [1, 2, 3, 1, 2], 4)
+    for _ in range(5):
+        assert mod.used > 0
+        mod.record(seq, 8, 1)
+    assert mod.used == 0 and seq.hashed == 0 and (mod.table == -1).all()
 
 
 def test_the_speculator_with_the_better_record_wins():
@@ -231,3 +278,22 @@ def test_the_draft_models_sequence_travels_with_a_cached_state(model):
         assert eng.cache.stats.restores == 1
         drafter = eng.speculators[0]
         assert drafter.tokens[0][: len(entry.draft_tokens) - 8] == entry.draft_tokens[:-8]
+
+
+def test_ngram_mod_drafts_a_copy_and_keeps_the_tokens(model, baseline):
+    """Short n-grams (llama-server's defaults want 24-token matches and 48-token drafts, more
+    than these prompts give) so the real model's copy of the code is drafted and verified."""
+    ps = prompts(model)
+    with make(
+        model,
+        4,
+        ("ngram-mod",),
+        spec_ngram_mod_n_match=4,
+        spec_ngram_mod_n_min=2,
+        spec_ngram_mod_n_max=12,
+    ) as eng:
+        dones = run_all(eng, ps)
+        spec = eng.speculators[0]
+    assert [d.token_ids for d in dones] == baseline["greedy"]
+    assert spec.stats.drafts > 0 and spec.stats.accepted > 0
+    assert sum(d.timings.draft_n_accepted for d in dones) == spec.stats.accepted

@@ -467,7 +467,10 @@ class Settings:
     ] = 8192
     spec_type: Annotated[
         list[str],
-        Field(description="Speculators, comma-separated: ngram-simple, ngram-cache, draft-simple."),
+        Field(
+            description="Speculators, comma-separated: ngram-simple, ngram-mod, ngram-cache, "
+            "draft-simple."
+        ),
         Flag(_SPEC),
         Engine("spec_types", convert=tuple),
     ] = Field(default_factory=list)
@@ -495,6 +498,26 @@ class Settings:
         Flag(_SPEC),
         Engine("spec_draft_p_min"),
     ] = 0.0
+    spec_ngram_mod_n_match: Annotated[
+        int,
+        Field(ge=1, le=1024, description="ngram-mod: tokens of the n-gram looked up."),
+        Flag(_SPEC),
+        Engine("spec_ngram_mod_n_match"),
+    ] = 24
+    spec_ngram_mod_n_min: Annotated[
+        int,
+        Field(ge=1, le=1024, description="ngram-mod: shorter drafts are not made."),
+        Flag(_SPEC),
+        Engine("spec_ngram_mod_n_min"),
+    ] = 48
+    spec_ngram_mod_n_max: Annotated[
+        int,
+        Field(
+            ge=1, le=1024, description=f"ngram-mod: most tokens per draft (at most {MAX_DRAFT})."
+        ),
+        Flag(_SPEC),
+        Engine("spec_ngram_mod_n_max"),
+    ] = 64
     # LoRA adapters (llama-server's --lora, --lora-scaled, --lora-init-without-apply)
     lora: Annotated[
         list[str],

@@ -41,31 +41,38 @@ class DraftPolicy:
             req = slot.job_request
             if slot.forced or pending is None or req.media is not None:
                 continue  # a speculator cannot read a prompt's media
-            n_max = min(self.config.spec_draft_n_max, budget)
-            n_max = min(n_max, self.n_ctx_slot - len(slot.kv_tokens) - 2)
+            # the rows this slot leaves a draft: the step's, its context's, its max_tokens'
+            room = min(budget, self.n_ctx_slot - len(slot.kv_tokens) - 2)
             if req.max_tokens is not None:
-                n_max = min(n_max, req.max_tokens - len(slot.generated) - 1)
-            if n_max < n_min:
+                room = min(room, req.max_tokens - len(slot.generated) - 1)
+            if room < 1:
                 continue
+            n_max = min(self.config.spec_draft_n_max, room)
             history = [*slot.kv_tokens, pending]
             best: Speculator | None = None
             best_draft: list[int] = []
             best_gain = 0.0
+            n_model = 0
             slot.spec.rounds += 1
             for spec in self.speculators:
-                survival = self._scaled_survival(spec, slot.spec, n_max)
-                n = self.worth_drafting(survival, n_max, slot.spec.rounds)
-                if n < n_min:
+                if isinstance(spec, LookupSpeculator) and spec.n_max is not None:
+                    draft, gain = self._own_length_draft(spec, slot.spec, history, room)
+                elif n_max < n_min:
                     continue
-                if isinstance(spec, LookupSpeculator):
-                    draft = spec.draft(slot.spec, history, n)
-                    gain = sum(survival[: len(draft)]) if len(draft) >= n_min else 0.0
-                else:  # the draft model drafts later, for all its slots in one batch
-                    draft, gain = [], sum(survival[:n])
+                else:
+                    survival = self._scaled_survival(spec, slot.spec, n_max)
+                    n = self.worth_drafting(survival, n_max, slot.spec.rounds)
+                    if n < n_min:
+                        continue
+                    if isinstance(spec, LookupSpeculator):
+                        draft = spec.draft(slot.spec, history, n)
+                        gain = sum(survival[: len(draft)]) if len(draft) >= n_min else 0.0
+                    else:  # the draft model drafts later, for all its slots in one batch
+                        draft, gain = [], sum(survival[:n])
+                        if gain > best_gain:
+                            n_model = n
                 if gain > best_gain:
                     best, best_draft, best_gain = spec, draft, gain
-                    if isinstance(spec, DraftModel):
-                        n_model = n
             if best is None:
                 continue
             if isinstance(best, DraftModel):
@@ -82,6 +89,24 @@ class DraftPolicy:
                 if len(draft) >= n_min:
                     out[slot.seq_id] = (drafter, draft)
         return out
+
+    def _own_length_draft(
+        self, spec: LookupSpeculator, seq: SeqState, history: list[int], room: int
+    ) -> tuple[list[int], float]:
+        """A speculator with its own draft lengths (ngram-mod) drafts all or nothing: the
+        draft is taken when its expected kept tokens pay for its rows, or, while the
+        speculator has few records, as a probe (its drafts only come from long matches)."""
+        assert spec.n_max is not None and spec.n_min is not None
+        if room < spec.n_min:
+            return [], 0.0
+        draft = spec.draft(seq, history, min(spec.n_max, room))
+        if len(draft) < spec.n_min:
+            return [], 0.0
+        survival = self._scaled_survival(spec, seq, len(draft))
+        gain = sum(survival)
+        if not self.config.spec_adaptive or spec.stats.drafts < 4:
+            return draft, max(gain, 1e-3)
+        return (draft, gain) if gain > self._row_cost() * len(draft) else ([], 0.0)
 
     @staticmethod
     def _scaled_survival(spec: Speculator, seq: SeqState, n: int) -> list[float]:

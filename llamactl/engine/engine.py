@@ -54,6 +54,7 @@ from .slot import Slot
 from .speculative import (
     DraftModel,
     NgramCache,
+    NgramMod,
     NgramSimple,
     Speculator,
     parse_spec_types,
@@ -251,6 +252,14 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         for name in types:
             if name == "ngram-simple":
                 out.append(NgramSimple())
+            elif name == "ngram-mod":
+                out.append(
+                    NgramMod(
+                        config.spec_ngram_mod_n_match,
+                        config.spec_ngram_mod_n_min,
+                        config.spec_ngram_mod_n_max,
+                    )
+                )
             elif name == "ngram-cache":
                 out.append(NgramCache())
             else:

@@ -45,11 +45,15 @@ class EngineConfig:
     slot_prompt_similarity: float = 0.10  # prefer the idle slot sharing this much of a prompt
     ctx_checkpoints: int = 32  # checkpoints per slot, for models that cannot trim their memory
     checkpoint_min_step: int = 8192  # tokens between checkpoints (the last user message aside)
-    spec_types: tuple[str, ...] = ()  # speculators: ngram-simple, ngram-cache, draft-simple
+    spec_types: tuple[str, ...] = ()  # ngram-simple, ngram-mod, ngram-cache, draft-simple
     model_draft: str | os.PathLike[str] | None = None  # GGUF of the draft-simple model
     spec_draft_n_max: int = 3
     spec_draft_n_min: int = 0
     spec_draft_p_min: float = 0.0
+    # ngram-mod (llama-server's names and defaults; drafts are capped at MAX_DRAFT tokens)
+    spec_ngram_mod_n_match: int = 24
+    spec_ngram_mod_n_min: int = 48
+    spec_ngram_mod_n_max: int = 64
     spec_adaptive: bool = True  # cap drafts where their rows cost more than they should gain
     # LoRA adapters: `lora` at scale 1, then `lora_scaled` as (GGUF path, scale), ids in
     # that order; `lora_init_without_apply` loads them at scale 0 (`Engine.set_lora_scales`)

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("llamactl.engine")
 
-SPEC_TYPES = ("ngram-simple", "ngram-cache", "draft-simple")  # also the tie-break order
+# also the tie-break order
+SPEC_TYPES = ("ngram-simple", "ngram-mod", "ngram-cache", "draft-simple")
 
 
 @dataclass
@@ -66,6 +67,8 @@ class SeqState:
     ngram_index: dict[int, dict[tuple[int, ...], int]] = field(default_factory=dict)
     indexed: int = 0  # history positions already in ngram_index
     fed: int = 0  # history positions already counted by the n-gram cache
+    hashed: int = 0  # history positions whose n-grams are in ngram-mod's table
+    poor_drafts: int = 0  # ngram-mod drafts in a row kept under a quarter
     rounds: int = 0  # drafting opportunities so far
 
 
@@ -110,6 +113,11 @@ class LookupSpeculator(Speculator, abc.ABC):
     """Drafts from the sequence's own tokens, one sequence at a time (the draft model instead
     drafts every slot that chose it in one decode)."""
 
+    # a speculator with its own draft lengths (ngram-mod) uses them instead of
+    # spec_draft_n_min / spec_draft_n_max, and drafts all or nothing of at least n_min
+    n_min: int | None = None
+    n_max: int | None = None
+
     @abc.abstractmethod
     def draft(self, seq: SeqState, history: list[int], n_max: int) -> list[int]: ...
 
@@ -136,6 +144,97 @@ class NgramSimple(LookupSpeculator):
             if at is not None and at < n:
                 return history[at : at + n_max]
         return []
+
+
+_HASH_MUL = 6364136223846793005
+_MASK64 = (1 << 64) - 1
+
+
+class NgramMod(LookupSpeculator):
+    """llama-server's `ngram-mod`: one hash table shared by every sequence maps the hash of
+    the last `n_match` tokens to the token that followed them; a draft follows the table as
+    long as it has an answer, and is offered only when it reaches `n_min` tokens. Long
+    matches make it the speculator for copying (editing a given text or code block).
+
+    The table is llama.cpp's: 4M entries, an n-gram's hash is its tokens as the digits of a
+    base-6364136223846793005 number modulo 2^64 and the table size (so a collision may draft
+    another n-gram's follower: the target's verification keeps the output exact). It is
+    cleared when a quarter of it is used, and after 5 drafts in a row of one sequence kept
+    under a quarter. Unlike llama.cpp, the occupancy is checked before a prompt's n-grams are
+    added (llama.cpp adds them and may then clear them all).
+    """
+
+    name = "ngram-mod"
+    size = 4 * 1024 * 1024
+
+    def __init__(self, n_match: int = 24, n_min: int = 48, n_max: int = 64) -> None:
+        super().__init__()
+        if n_match < 1:
+            raise InvalidRequestError("spec_ngram_mod_n_match must be at least 1")
+        self.n_match = n_match
+        self.n_max = max(1, min(n_max, MAX_DRAFT))  # a draft and its row stay under 64 rows
+        self.n_min = max(1, min(n_min, self.n_max))
+        self.table = np.full(self.size, -1, dtype=np.int32)
+        self.used = 0
+        self._top = pow(_HASH_MUL, n_match - 1, 1 << 64)  # weight of a window's first token
+
+    def reset(self) -> None:
+        self.table.fill(-1)
+        self.used = 0
+
+    def _hash(self, tokens: list[int]) -> int:
+        h = 0
+        for t in tokens:
+            h = (h * _HASH_MUL + t) & _MASK64
+        return h
+
+    def _add(self, seq: SeqState, history: list[int]) -> None:
+        """Enter every n-gram of the history not yet entered, with the token after it."""
+        n = self.n_match
+        start = seq.hashed
+        if start == 0 and self.used > self.size // 4:
+            self.reset()
+        if len(history) <= n or start >= len(history) - n:
+            return
+        table, size, top = self.table, self.size, self._top
+        h = self._hash(history[start : start + n])
+        for i in range(start, len(history) - n):
+            if i > start:  # roll the window one token on
+                h = ((h - history[i - 1] * top) * _HASH_MUL + history[i + n - 1]) & _MASK64
+            at = h % size
+            if table[at] < 0:
+                self.used += 1
+            table[at] = history[i + n]
+        seq.hashed = len(history) - n
+
+    def draft(self, seq: SeqState, history: list[int], n_max: int) -> list[int]:
+        n = self.n_match
+        if len(history) < n:
+            return []
+        self._add(seq, history)
+        window = history[-n:]
+        h = self._hash(window)
+        out: list[int] = []
+        table, size, top = self.table, self.size, self._top
+        while len(out) < n_max:
+            token = int(table[h % size])
+            if token < 0:
+                break
+            out.append(token)
+            h = ((h - window[len(out) - 1] * top) * _HASH_MUL + token) & _MASK64
+            window.append(token)
+        return out if len(out) >= min(self.n_min or 1, n_max) else []
+
+    def record(self, seq: SeqState, n_drafted: int, n_accepted: int) -> None:
+        super().record(seq, n_drafted, n_accepted)
+        if n_drafted and n_accepted / n_drafted < 0.25:
+            seq.poor_drafts += 1
+            if seq.poor_drafts >= 5:
+                self.reset()
+                seq.poor_drafts = 0
+                seq.hashed = 0
+        else:
+            seq.poor_drafts = 0
 
 
 class NgramCache(LookupSpeculator):
