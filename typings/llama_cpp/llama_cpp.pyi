@@ -16,6 +16,14 @@ llama_pos: TypeAlias = ctypes.c_int32
 llama_seq_id: TypeAlias = ctypes.c_int32
 
 LLAMA_VOCAB_TYPE_SPM: int
+LLAMA_FTYPE_MOSTLY_F16: int
+LLAMA_FTYPE_MOSTLY_Q4_0: int
+LLAMA_FTYPE_MOSTLY_Q4_1: int
+LLAMA_FTYPE_MOSTLY_Q5_0: int
+LLAMA_FTYPE_MOSTLY_Q8_0: int
+LLAMA_FTYPE_MOSTLY_Q4_K_M: int
+LLAMA_FTYPE_MOSTLY_Q5_K_M: int
+LLAMA_FTYPE_MOSTLY_Q6_K: int
 LLAMA_VOCAB_TYPE_BPE: int
 LLAMA_TOKEN_ATTR_UNKNOWN: int
 LLAMA_TOKEN_ATTR_CONTROL: int
@@ -45,6 +53,14 @@ class llama_model_params(ctypes.Structure):
     vocab_only: bool
     use_mmap: bool
     use_mlock: bool
+
+class llama_model_quantize_params(ctypes.Structure):
+    nthread: int
+    ftype: int
+    allow_requantize: bool
+    quantize_output_tensor: bool
+    only_copy: bool
+    pure: bool
 
 class llama_context_params(ctypes.Structure):
     n_ctx: int
@@ -82,6 +98,11 @@ def llama_log_set(log_callback: ctypes._CFunctionType | None, user_data: Any, /)
 
 # model
 def llama_model_default_params() -> llama_model_params: ...
+def byref(obj: Any, offset: int = ..., /) -> Any: ...
+def llama_model_quantize_default_params() -> llama_model_quantize_params: ...
+def llama_model_quantize(
+    fname_inp: bytes, fname_out: bytes, params: Any, /
+) -> int: ...
 def llama_model_load_from_file(
     path_model: bytes, params: llama_model_params, /
 ) -> llama_model_p | None: ...

@@ -1,0 +1,69 @@
+"""Quantize a GGUF with llama.cpp's own quantizer (`llama_model_quantize`).
+
+Used to make the Q4_0 / Q8_0 / K-quant copies the benchmarks compare and that `convert`
+offers. The output is written beside the target and moved into place when complete, so an
+interrupted run never leaves a half-written GGUF under the requested name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import llama_cpp
+
+from llamactl.core.errors import InvalidRequestError, ModelLoadError
+
+__all__ = ["QUANT_TYPES", "quantize"]
+
+# The usual types, by llama.cpp's names (llama_ftype values).
+QUANT_TYPES: dict[str, int] = {
+    "Q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0,
+    "Q4_1": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_1,
+    "Q5_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_0,
+    "Q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0,
+    "Q4_K_M": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M,
+    "Q5_K_M": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_K_M,
+    "Q6_K": llama_cpp.LLAMA_FTYPE_MOSTLY_Q6_K,
+    "F16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16,
+}
+
+
+def quantize(
+    source: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    type_name: str,
+    *,
+    threads: int = 0,
+    allow_requantize: bool = True,
+) -> Path:
+    """Write `source` quantized to `type_name` at `target` (atomically); return the target.
+
+    `allow_requantize` lets an already quantized model be quantized again (a Q4_0 copy of
+    a Q4_1 model, as the speculation benchmark makes): quality is that of the coarser type.
+    """
+    key = type_name.upper()
+    if key not in QUANT_TYPES:
+        raise InvalidRequestError(
+            f"unknown quantization type {type_name!r}; known: {', '.join(QUANT_TYPES)}"
+        )
+    src, dst = Path(source), Path(target)
+    if not src.is_file():
+        raise ModelLoadError(f"no GGUF at {src}")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = QUANT_TYPES[key]
+    params.nthread = threads
+    params.allow_requantize = allow_requantize
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.part")
+    try:
+        rc = llama_cpp.llama_model_quantize(
+            str(src).encode(), str(tmp).encode(), llama_cpp.byref(params)
+        )
+        if rc != 0:
+            raise ModelLoadError(f"llama.cpp could not quantize {src.name} to {key} (code {rc})")
+        os.replace(tmp, dst)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    return dst
