@@ -41,7 +41,6 @@ from .context import (
 from .detokenize import IncrementalDetokenizer
 from .drafting import DraftPolicy
 from .kv_reuse import SlotMemory
-from .limits import MAX_DRAFT
 from .loop import DecodeLoop
 from .lora import LoraSet
 from .model import Model
@@ -51,14 +50,7 @@ from .requests import EngineConfig, EngineStats, GenerationRequest, ReasoningSpe
 from .sampling import SamplerChain, check_grammar
 from .seq_store import SeqStore, SlotFileResult, SlotFiles
 from .slot import Slot
-from .speculative import (
-    DraftModel,
-    NgramCache,
-    NgramMod,
-    NgramSimple,
-    Speculator,
-    parse_spec_types,
-)
+from .speculative import DraftModel, Speculator, build_speculators
 from .state_file import StateIdentity, model_identity
 from .stops import StopMatcher
 from .stream import GenerationStream, deliver_pending
@@ -170,10 +162,16 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             self._lora_identity(),
         )
         self.stats = EngineStats()
-        self._draft_model: Model | None = None
         self.projector: Projector | None = None  # the mmproj, for prompts with media
         try:
-            self.speculators: list[Speculator] = self._make_speculators(config, threads)
+            self.speculators: list[Speculator] = build_speculators(
+                config,
+                model,
+                can_trim=self._can_trim,
+                n_ctx_slot=self.n_ctx_slot,
+                n_batch=self.n_batch,
+                threads=threads,
+            )
         except BaseException:
             self.lora.close()
             llama_cpp.llama_free(ctx)
@@ -238,50 +236,6 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
                 continue
             cache.add(CacheEntry(snap.tokens, snap.state, cache.layout, snap.checkpoints))
         return persister
-
-    def _make_speculators(self, config: EngineConfig, threads: int) -> list[Speculator]:
-        types = parse_spec_types(config.spec_types)
-        if config.model_draft is not None and not types:
-            types = ("draft-simple",)
-        if types and not self._can_trim:
-            log.warning("speculative decoding is off: %s cannot trim its memory", self.model.path)
-            return []
-        if not 1 <= config.spec_draft_n_max <= MAX_DRAFT:  # a draft and its row stay under 64
-            raise InvalidRequestError(f"spec_draft_n_max must be between 1 and {MAX_DRAFT}")
-        out: list[Speculator] = []
-        for name in types:
-            if name == "ngram-simple":
-                out.append(NgramSimple())
-            elif name == "ngram-mod":
-                out.append(
-                    NgramMod(
-                        config.spec_ngram_mod_n_match,
-                        config.spec_ngram_mod_n_min,
-                        config.spec_ngram_mod_n_max,
-                    )
-                )
-            elif name == "ngram-cache":
-                out.append(NgramCache())
-            else:
-                if config.model_draft is None:
-                    raise InvalidRequestError("draft-simple needs a draft model (--model-draft)")
-                self._draft_model = Model(config.model_draft)
-                try:
-                    out.append(
-                        DraftModel(
-                            self._draft_model,
-                            self.model,
-                            config.n_parallel,
-                            self.n_ctx_slot,
-                            self.n_batch,
-                            threads,
-                            config.spec_draft_p_min,
-                        )
-                    )
-                except BaseException:
-                    self._draft_model.close()
-                    raise
-        return out
 
     def attach_projector(self, path: str | Path) -> None:
         """Pair an mmproj with the model, so prompts may carry its images or audio."""
@@ -466,9 +420,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         self._batch.free()
         for spec in self.speculators:
             if isinstance(spec, DraftModel):
-                spec.close()
-        if self._draft_model is not None:
-            self._draft_model.close()
+                spec.close()  # and its model
         llama_cpp.llama_free(self._ctx)  # once: _stop_loop admits one close, after the last step
         self.lora.close()
         if self.projector is not None:

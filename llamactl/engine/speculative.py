@@ -30,6 +30,7 @@ from .prompt_cache import common_prefix
 
 if TYPE_CHECKING:
     from .model import Model
+    from .requests import EngineConfig
 
 log = logging.getLogger("llamactl.engine")
 
@@ -293,6 +294,7 @@ class DraftModel(Speculator):
                 f"{target.path.name}"
             )
         self.model = model
+        self.owns_model = False  # build_speculators hands it the model it loaded
         self.p_min = p_min
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx_slot * n_parallel
@@ -315,6 +317,8 @@ class DraftModel(Speculator):
             self._open = False
             self.batch.free()
             llama_cpp.llama_free(self.ctx)
+            if self.owns_model:
+                self.model.close()
 
     def clear(self, seq_id: int) -> None:
         llama_cpp.llama_memory_seq_rm(self.mem, seq_id, -1, -1)
@@ -386,6 +390,71 @@ class DraftModel(Speculator):
             rows = next_rows
             live = {s: n for s, n in live.items() if s in next_rows}
         return drafts
+
+
+def build_speculators(
+    config: EngineConfig,
+    target: Model,
+    *,
+    can_trim: bool,
+    n_ctx_slot: int,
+    n_batch: int,
+    threads: int,
+) -> list[Speculator]:
+    """The speculators `config` names, in priority order (none for a model whose memory
+    cannot drop a rejected draft); a draft model is loaded here and closed with its
+    speculator."""
+    types = parse_spec_types(config.spec_types)
+    if config.model_draft is not None and not types:
+        types = ("draft-simple",)
+    if types and not can_trim:
+        log.warning("speculative decoding is off: %s cannot trim its memory", target.path)
+        return []
+    if not 1 <= config.spec_draft_n_max <= MAX_DRAFT:  # a draft and its row stay under 64
+        raise InvalidRequestError(f"spec_draft_n_max must be between 1 and {MAX_DRAFT}")
+    out: list[Speculator] = []
+    try:
+        for name in types:
+            if name == "ngram-simple":
+                out.append(NgramSimple())
+            elif name == "ngram-mod":
+                out.append(
+                    NgramMod(
+                        config.spec_ngram_mod_n_match,
+                        config.spec_ngram_mod_n_min,
+                        config.spec_ngram_mod_n_max,
+                    )
+                )
+            elif name == "ngram-cache":
+                out.append(NgramCache())
+            else:
+                out.append(_draft_model(config, target, n_ctx_slot, n_batch, threads))
+    except BaseException:
+        for spec in out:
+            if isinstance(spec, DraftModel):
+                spec.close()
+        raise
+    return out
+
+
+def _draft_model(
+    config: EngineConfig, target: Model, n_ctx_slot: int, n_batch: int, threads: int
+) -> DraftModel:
+    from .model import Model
+
+    if config.model_draft is None:
+        raise InvalidRequestError("draft-simple needs a draft model (--model-draft)")
+    model = Model(config.model_draft)
+    try:
+        drafter = DraftModel(
+            model, target, config.n_parallel, n_ctx_slot, n_batch, threads,
+            config.spec_draft_p_min,
+        )  # fmt: skip
+    except BaseException:
+        model.close()
+        raise
+    drafter.owns_model = True
+    return drafter
 
 
 def parse_spec_types(types: list[str] | tuple[str, ...]) -> tuple[str, ...]:
