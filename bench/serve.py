@@ -6,7 +6,8 @@ prints side by side, as median [min-max] over rounds that each start every serve
   - one client: tokens/s of a non-streamed request end to end, streamed decode tokens/s (first
     to last token) and time to first token;
   - 8 concurrent clients: aggregate tokens/s, p50 / p95 request latency;
-  - a ~1,500-token prompt: the first (cold prefill) and the same again (warm);
+  - a ~1,500-token prompt: the first (cold prefill) and the same again (warm: whole request
+    of 16 tokens, and its time to first token);
   - one request with n=4 choices: wall time.
 
     python bench/serve.py [--only llamactl,llama-server,llama-cpp-python] [--tokens 128]
@@ -52,6 +53,7 @@ class Figures:
     p95_s: float = 0.0
     long_first_s: float = 0.0
     long_second_s: float = 0.0
+    long_second_ttft_ms: float = 0.0  # the warm request's first token: its prefill alone
     long_cached: int | None = None
     single_e2e_tps: float = 0.0  # non-streamed: completion tokens / request time
     n4_wall_s: float = 0.0  # one request with n=4 choices, non-streamed
@@ -68,6 +70,7 @@ COLUMNS = [
     ("p95_s", "p95 s", "{:.2f}", False),
     ("long_first_s", "1.5k cold s", "{:.2f}", False),
     ("long_second_s", "1.5k warm s", "{:.3f}", False),
+    ("long_second_ttft_ms", "1.5k warm TTFT ms", "{:.0f}", False),
     ("n4_wall_s", "n=4 wall s", "{:.2f}", False),
 ]
 
@@ -186,6 +189,7 @@ async def measure(url: str, tokens: int) -> Figures:
         first = await chat(client, url, long_prompt, 16)
         second = await chat(client, url, long_prompt, 16)
         f.long_first_s, f.long_second_s, f.long_cached = first[2], second[2], second[4]
+        f.long_second_ttft_ms = second[0] * 1000
         f.n4_wall_s, _ = await plain_chat(
             client, url, f"Write a long story about {TOPICS[2]}.", tokens, model, n=4
         )
