@@ -55,7 +55,7 @@ from .state_file import StateIdentity, model_identity
 from .stops import StopMatcher
 from .stream import GenerationStream, deliver_pending
 from .types import Done, PromptProgress, SamplingParams, SlotInfo, Timings, Usage
-from .ubatch import plan_companions
+from .ubatch import best_neighbours, plan_companions
 
 if TYPE_CHECKING:
     from .decision.media import Projector
@@ -133,6 +133,13 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         # batch keeps room for one companion per slot.
         self._companions = self.kv_type in SPLIT_KERNEL_KV and self._can_trim
         self._split_streams = not config.kv_unified and config.n_parallel > 1
+        # free neighbour slots that join a lone row (their rows spread its heads over the
+        # threads better than one companion does: ubatch.best_neighbours)
+        self._neighbours = (
+            best_neighbours(llama_cpp.llama_model_n_head(model.handle), threads)
+            if self._split_streams
+            else 1
+        )
         held = 1 if self._companions else 0
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(ctx)  # each slot's KV cells
         self.n_ctx_slot = self.n_ctx_seq - held  # what a slot's prompt and answer may fill
@@ -806,6 +813,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             n_seqs=self.config.n_parallel,
             next_pos=lambda seq: llama_cpp.llama_memory_seq_pos_max(self._mem, seq) + 1,
             room=batch.free_rows,
+            neighbours=self._neighbours,
         )
         token = batch.raw.token[0]
         for seq, pos in plan:
