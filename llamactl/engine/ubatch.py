@@ -89,13 +89,13 @@ def plan_companions(
     """Rows (sequence, position) to append so that no row of the batch is computed alone.
 
     A lone row of sequence s is best joined by a row of the next sequence s + 1 when that one
-    has no row in the batch and a shorter KV (its companion attends over its own few cells:
-    cheaper than a second row over the lone sequence's many); else by a row of s itself, one
-    position past its last. `next_pos(seq)`: the position a sequence not in the batch would
-    take next. At most `room` rows are added; the split is checked again after each round.
-    With `neighbours` > 1, the sequences after s + 1 join too while they are free and
-    shorter: their cheap rows spread the lone row's heads better over the threads (see
-    `best_neighbours`).
+    has no row in the batch and a shorter KV (its companion
+    attends over its own few cells: cheaper than a second row over the lone sequence's many);
+    else by a row of s itself, one position past its last. `next_pos(seq)`: the position a
+    sequence not in the batch would take next. At most `room` rows are added; the split is
+    checked again after each round. With `neighbours` > 1, the sequences beyond the first
+    neighbour join too while they are free and shorter: their cheap rows spread the lone
+    row's heads better over the threads (see `best_neighbours`).
     """
     seqs, pos = list(seq_ids), list(positions)
     real = len(seqs)
@@ -110,23 +110,38 @@ def plan_companions(
                 return added
             seq = seqs[row]
             host, at = seq, 1 + max(p for s, p in zip(seqs, pos, strict=True) if s == seq)
-            neighbour = seq + 1
-            if streams and row not in tried_neighbour and neighbour < n_seqs:
+            free = _free_neighbours(seq, pos[row], seqs, n_seqs, next_pos, neighbours)
+            if streams and row not in tried_neighbour and free:
                 tried_neighbour.add(row)
-                if neighbour not in seqs and next_pos(neighbour) < pos[row]:
-                    host, at = neighbour, next_pos(neighbour)
-                    for extra in range(neighbour + 1, min(seq + neighbours + 1, n_seqs)):
-                        if len(added) + 2 > room or extra in seqs:
-                            break
-                        if next_pos(extra) >= pos[row]:
-                            break
-                        seqs.append(extra)
-                        pos.append(next_pos(extra))
-                        added.append((extra, next_pos(extra)))
+                free = free[: max(1, room - len(added))]
+                for extra in free[1:]:
+                    seqs.append(extra)
+                    pos.append(next_pos(extra))
+                    added.append((extra, next_pos(extra)))
+                host, at = free[0], next_pos(free[0])
             seqs.append(host)
             pos.append(at)
             added.append((host, at))
     return added
+
+
+def _free_neighbours(
+    seq: int,
+    lone_pos: int,
+    seqs: list[int],
+    n_seqs: int,
+    next_pos: Callable[[int], int],
+    most: int,
+) -> list[int]:
+    """Up to `most` consecutive sequences after `seq` with no row in the batch and fewer
+    cells. Only after: llama.cpp's micro-batch starts at the first unplaced row's sequence
+    and takes the ids that follow it (companions are appended, after the lone row)."""
+    out = []
+    nb = seq + 1
+    while len(out) < most and nb < n_seqs and nb not in seqs and next_pos(nb) < lone_pos:
+        out.append(nb)
+        nb += 1
+    return out
 
 
 def best_neighbours(n_head: int, n_threads: int, most: int = 3) -> int:
