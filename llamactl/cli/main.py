@@ -15,7 +15,18 @@ import typer
 from typer.core import TyperGroup
 
 from llamactl import EXIT_FAILURE, LlamactlError
-from llamactl.cli import chat, convert, models_cmd, ps, score, serve, transcribe, tts, tui
+from llamactl.cli import (
+    chat,
+    convert,
+    models_cmd,
+    ps,
+    pull,
+    score,
+    serve,
+    transcribe,
+    tts,
+    tui,
+)
 from llamactl.cli._output import print_error
 
 if TYPE_CHECKING:  # typer vendors click; a group is invoked with click's Context (typer's base)
@@ -102,6 +113,7 @@ convert.register(app)
 models_cmd.register(app)
 serve.register(app)
 ps.register(app)
+pull.register(app)
 score.register(app)
 transcribe.register(app)
 tts.register(app)

@@ -133,6 +133,14 @@ class Settings:
         Field(description="GGUF path, alias or name in the models dir."),
         Flag(_MODEL, short="-m", metavar="NAME|PATH", shown_default="embedded SmolLM2"),
     ] = None
+    hf_repo: Annotated[
+        str | None,
+        Field(
+            description="Hugging Face model OWNER/REPO[:QUANT|:FILE], fetched into the models "
+            "dir unless it is there (see `llamactl pull`)."
+        ),
+        Flag(_MODEL, short="-hf", metavar="REPO[:QUANT]", shown_default="none"),
+    ] = None
     models_dir: Annotated[Path, Field(description="Where model names are looked up.")] = Field(
         default_factory=paths.default_models_dir
     )

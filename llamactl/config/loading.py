@@ -80,6 +80,7 @@ LLAMA_SERVER_ENV = {
     "cache_idle_slots": "LLAMA_ARG_CACHE_IDLE_SLOTS",
     "ctx_checkpoints": "LLAMA_ARG_CTX_CHECKPOINTS",
     "spec_type": "LLAMA_ARG_SPEC_TYPE",
+    "hf_repo": "LLAMA_ARG_HF_REPO",
     "model_draft": "LLAMA_ARG_SPEC_DRAFT_MODEL",
     "spec_draft_n_max": "LLAMA_ARG_SPEC_DRAFT_N_MAX",
     "spec_draft_n_min": "LLAMA_ARG_SPEC_DRAFT_N_MIN",

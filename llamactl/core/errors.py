@@ -178,6 +178,11 @@ class CannotListenError(LlamactlError):
 
 
 # ---------------------------------------------------------------------------------- clients
+class DownloadError(LlamactlError):
+    """`llamactl pull` could not fetch a model: the hub unreachable (offline), no such repo or
+    file, an ambiguous quantization, a download that does not match the hub's size or hash."""
+
+
 class ServerError(LlamactlError):
     """A llamactl server could not be reached or refused the request (`llamactl ps`)."""
 
@@ -276,6 +281,7 @@ __all__ = [
     "ConvertError",
     "DecisionEvalError",
     "DecisionNotSupportedError",
+    "DownloadError",
     "EngineClosedError",
     "InvalidRequestError",
     "LlamactlError",

@@ -136,7 +136,7 @@ def _free_neighbours(
     """Up to `most` consecutive sequences after `seq` with no row in the batch and fewer
     cells. Only after: llama.cpp's micro-batch starts at the first unplaced row's sequence
     and takes the ids that follow it (companions are appended, after the lone row)."""
-    out = []
+    out: list[int] = []
     nb = seq + 1
     while len(out) < most and nb < n_seqs and nb not in seqs and next_pos(nb) < lone_pos:
         out.append(nb)
