@@ -137,8 +137,8 @@ def trunk_tensors(
 def _qwen35_transform(name: str, data: Lazy, hp: dict[str, Any]) -> tuple[str, Lazy]:
     if "linear_attn." in name:
         data = _reorder_linear_attention(name, data, hp)
-    if name.endswith(".A_log"):
-        data = data.map(lambda a: -np.exp(a))
+    if name.endswith(".A_log"):  # exp in float64, rounded once: torch's float32 exp there
+        data = data.map(lambda a: (-np.exp(a.astype(np.float64))).astype(a.dtype))
     elif name.endswith(".dt_bias"):
         name = name[: -len(".dt_bias")] + ".dt_proj.bias"
     elif "conv1d" in name:

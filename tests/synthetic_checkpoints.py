@@ -201,7 +201,8 @@ def tokenizer_files(kind: str) -> tuple[dict[str, Any], dict[str, Any], dict[str
             "use_regex": False,
         }
         config = {
-            "bos_token": None,
+            "tokenizer_class": "Qwen2Tokenizer",  # as Qwen's checkpoints say (transformers
+            "bos_token": None,  # then needs no config.json to pick the tokenizer)
             "eos_token": "<|im_end|>",
             "pad_token": "<|endoftext|>",
             "add_bos_token": False,
