@@ -412,6 +412,27 @@ def ask_all(url: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def numbers(response: dict[str, Any]) -> dict[str, float]:
+    """Every number of a response's answers, by path."""
+    out: dict[str, float] = {}
+    for qid, x in (response["body"].get("answers") or {}).items():
+        for key in ("noul", "score", "confidence"):
+            if key in x:
+                out[f"{qid}.{key}"] = float(x[key])
+        for k, p in (x.get("probabilities") or {}).items():
+            out[f"{qid}.probabilities.{k}"] = float(p)
+    return out
+
+
+def largest_gap(reference: list[dict[str, Any]], answers: list[dict[str, Any]]) -> float:
+    gap = 0.0
+    for x, y in zip(reference, answers, strict=True):
+        if x["status"] == y["status"] == 200:
+            nx, ny = numbers(x), numbers(y)
+            gap = max([gap, *(abs(v - ny.get(k, float("inf"))) for k, v in nx.items())])
+    return gap
+
+
 def answers_differ(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     """None when the two responses agree (same status, usage, answers within TOLERANCE)."""
     if a["status"] != b["status"]:
@@ -544,11 +565,16 @@ def main() -> int:
                         got[f"{kind} x {conv}"] = ask_all(url, bodies)
             reference = got["llama-server x llama.cpp"]
             serving_report[family] = {
-                pairing: [
-                    f"#{i}: {d}"
-                    for i, (x, y) in enumerate(zip(reference, answers, strict=True))
-                    if (d := answers_differ(x, y))
-                ]
+                pairing: {
+                    "answered": sum(r["status"] == 200 for r in answers),
+                    "requests": len(answers),
+                    "largest_gap": largest_gap(reference, answers),
+                    "differ": [
+                        f"#{i}: {d}"
+                        for i, (x, y) in enumerate(zip(reference, answers, strict=True))
+                        if (d := answers_differ(x, y))
+                    ],
+                }
                 for pairing, answers in got.items()
             }
 
@@ -556,7 +582,7 @@ def main() -> int:
 
     unexplained = sum(len(p.unexplained) for p in pairs)
     unexplained += sum(len(v["differ"]) for v in prompts.values())
-    unexplained += sum(len(d) for fam in serving_report.values() for d in fam.values())
+    unexplained += sum(len(p["differ"]) for fam in serving_report.values() for p in fam.values())
     report = {
         "work": str(work),
         "files": [
@@ -601,9 +627,12 @@ def print_report(report: dict[str, Any]) -> None:
         status = "equal" if not p["differ"] else f"differ in bodies {p['differ']}"
         print(f"prompts {family:<8} {p['prompts']:>3} prompts of {p['bodies']} bodies: {status}")
     for family, pairings in report["serving"].items():
-        for pairing, diffs in pairings.items():
-            status = "agree" if not diffs else "; ".join(diffs[:3])
-            print(f"serving {family:<8} {pairing:<26} {status}")
+        for pairing, p in pairings.items():
+            status = "agree" if not p["differ"] else "; ".join(p["differ"][:3])
+            print(
+                f"serving {family:<8} {pairing:<26} {p['answered']:>2}/{p['requests']} answered, "
+                f"largest gap {p['largest_gap']:.1e}: {status}"
+            )
     for conv, summary in report["peer_suite"].items():
         if "passed" in summary:
             passed, tests = summary["passed"], summary["tests"]
