@@ -64,20 +64,9 @@ TOLERANCE = 1e-3
 
 # key or tensor pattern -> why the two files may differ there (also in docs/convert.md)
 EXPLAINED: dict[str, str] = {
-    "general.name": "the model card's name: llama.cpp derives it from the directory name",
-    "general.basename": "as general.name",
-    "general.size_label": "llama.cpp counts parameters its own way (MTP and head included)",
-    "general.finetune": "as general.name",
-    "general.license*": "read from the model card by llama.cpp only",
-    "general.base_model.*": "llama.cpp records the hub base of an adapter",
-    "general.quantized_by": "llama.cpp's name for itself",
-    "general.repo_url": "llama.cpp records the hub repository",
-    "general.sampling.*": "llama.cpp copies generation_config.json; decision models do not sample",
     "tokenizer.chat_template.systemone": (
         "our own template text; its prompts are checked token for token instead"
     ),
-    "tokenizer.chat_template": "llamactl keeps the checkpoint's default chat template as given",
-    "tokenizer.chat_templates": "the names of the templates above",
 }
 
 
