@@ -18,6 +18,8 @@ from typing import Any
 import gguf
 import numpy as np
 
+from llamactl.core.errors import CheckpointError
+
 from .checkpoint import Checkpoint, merged_text_config
 from .lazy import Lazy, concat
 from .plan import OutTensor, OutType
@@ -26,6 +28,7 @@ from .textmodel import gguf_name, rope_parameters, write_base_hparams
 QWEN35_ARCHITECTURES = ("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM")
 QWEN3_ARCHITECTURES = ("Qwen3ForCausalLM",)
 QWEN35_DEFAULT_MROPE = [11, 11, 10, 0]
+RECURRENT_LAYERS = "{arch}.attention.recurrent_layers"  # not in the pinned gguf package's Keys
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,16 @@ def read_trunk(ckpt: Checkpoint, config: dict[str, Any] | None = None) -> QwenTr
         "linear_num_value_heads",
     ):
         ckpt.field(hp, key, int, where=where)
+    layer_types = hp.get("layer_types")
+    if layer_types is not None and (
+        not isinstance(layer_types, list) or len(layer_types) != hp["num_hidden_layers"]
+    ):
+        raise CheckpointError(
+            ckpt.dir / "config.json",
+            f"{where}layer_types",
+            f"expected a list of {hp['num_hidden_layers']} layer types (num_hidden_layers), "
+            f"got {layer_types!r}",
+        )
     return QwenTrunk(gguf.MODEL_ARCH.QWEN35, "qwen35", hp, hp["num_hidden_layers"])
 
 
@@ -79,6 +92,11 @@ def write_hparams(w: gguf.GGUFWriter, t: QwenTrunk, out: OutType) -> None:
     w.add_ssm_group_count(hp["linear_num_key_heads"])
     w.add_ssm_time_step_rank(hp["linear_num_value_heads"])
     w.add_ssm_inner_size(hp["linear_value_head_dim"] * hp["linear_num_value_heads"])
+    if hp.get("layer_types") is not None:
+        # which layers are linear attention, layer by layer: a pattern need not be periodic
+        # (the loader prefers this to full_attention_interval, which is written as well)
+        recurrent = [kind == "linear_attention" for kind in hp["layer_types"]]
+        w.add_array(RECURRENT_LAYERS.format(arch=t.arch_name), recurrent)
     w.add_full_attention_interval(hp.get("full_attention_interval", 4))
     rope = rope_parameters(hp)
     partial = hp.get("partial_rotary_factor", rope.get("partial_rotary_factor", 0.25))
@@ -119,8 +137,8 @@ def trunk_tensors(
 def _qwen35_transform(name: str, data: Lazy, hp: dict[str, Any]) -> tuple[str, Lazy]:
     if "linear_attn." in name:
         data = _reorder_linear_attention(name, data, hp)
-    if name.endswith(".A_log"):
-        data = data.map(lambda a: -np.exp(a))
+    if name.endswith(".A_log"):  # exp in float64, rounded once: torch's float32 exp there
+        data = data.map(lambda a: (-np.exp(a.astype(np.float64))).astype(a.dtype))
     elif name.endswith(".dt_bias"):
         name = name[: -len(".dt_bias")] + ".dt_proj.bias"
     elif "conv1d" in name:

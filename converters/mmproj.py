@@ -246,7 +246,7 @@ def qwen_vl_plan(
         if "spatial_merge_size" in vc:
             w.add_vision_spatial_merge_size(int(vc["spatial_merge_size"]))
         w.add_vision_attention_layernorm_eps(eps)
-        if deepstack:
+        if n_block:  # written even with no deepstack layer, as llama.cpp writes it
             w.add_vision_is_deepstack_layers([i in deepstack for i in range(n_block)])
         if budget is not None:
             w.add_vision_min_pixels(budget[0])

@@ -1,8 +1,9 @@
 """OpenJev and its variants.
 
 - `openjev`: a full Qwen3.5 (or Qwen3) causal LM; label logits of the letters A-Z, a-z at the
-  last token. Detected by `"decision_type": "openjev"` in config.json or calibration.json, or by
-  "openjev" in the checkpoint's name.
+  last token. Detected by upstream's layout (`helper/shim.py` beside config.json), by
+  `"decision_type": "openjev"` in config.json or calibration.json, or by "openjev" in the
+  checkpoint's name. Without a calibration its helper's temperatures are written.
 - `lev`: a LoRA adapter (detected by `lev_release.json`) merged into the Qwen3.5 base given with
   `--base`; temperatures of the label readout ("mode A") from calibration.json.
 - `kev`: a LoRA adapter plus a pointer head (`head.pt` with q/k projections, detected with
@@ -36,6 +37,11 @@ OPENJEV, LEV, KEV = "openjev", "lev", "kev"
 CLS_OUT = gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.CLS_OUT]
 UPPER = [chr(c) for c in range(ord("A"), ord("Z") + 1)]
 LOWER = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+OPENJEV_SHIM = "helper/shim.py"
+# the temperatures OpenJev's helper/shim.py applies (noul's on top of the others), written
+# when the checkpoint has no calibration of its own, as llama.cpp's converter writes them
+OPENJEV_TEMPERATURE = 0.85
+OPENJEV_TEMPERATURE_NOUL = 1.829074
 KEV_MARKERS = ("<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|box_start|>", "<|box_end|>")
 
 
@@ -43,6 +49,8 @@ KEV_MARKERS = ("<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|box_star
 def is_openjev(ckpt: Checkpoint) -> bool:
     if ckpt.has(ADAPTER_CONFIG) or not ckpt.has("config.json"):
         return False
+    if ckpt.has(OPENJEV_SHIM):  # upstream's layout, whatever the directory is called
+        return True
     calib = ckpt.optional_json("calibration.json") or {}
     if OPENJEV in (ckpt.config.get("decision_type"), calib.get("decision_type")):
         return True
@@ -80,8 +88,20 @@ def plan_openjev(ckpt: Checkpoint, out: OutType) -> GGUFPlan:
     vocab = read_bpe_vocab(ckpt, pre=trunk.pre, vocab_size=trunk.hp["vocab_size"])
     require_single_tokens(vocab, UPPER + LOWER, ckpt, "openjev's option letters")
     return _decision_plan(
-        ckpt, trunk, tensors, vocab, OPENJEV, calibration_temperatures(ckpt), card=ckpt.dir
+        ckpt, trunk, tensors, vocab, OPENJEV, openjev_temperatures(ckpt), card=ckpt.dir
     )
+
+
+def openjev_temperatures(ckpt: Checkpoint) -> dict[str, float]:
+    """A calibration.json (or config.json "temperatures") when there is one, else the
+    helper's own values."""
+    if ckpt.has("calibration.json") or "temperatures" in ckpt.config:
+        return calibration_temperatures(ckpt)
+    return {
+        "choice": OPENJEV_TEMPERATURE,
+        "score": OPENJEV_TEMPERATURE,
+        "noul": OPENJEV_TEMPERATURE * OPENJEV_TEMPERATURE_NOUL,
+    }
 
 
 def plan_openjev_mmproj(ckpt: Checkpoint, out: OutType) -> GGUFPlan:

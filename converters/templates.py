@@ -35,21 +35,29 @@ THINK_CLOSED = f"<|im_start|>assistant{NL}<think>{NL}{NL}</think>{NL}{NL}"
 NOUL_NAME = "{{ 'yes' if o.key == 'true' else 'no' }}"
 
 
+OPENJEV_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+OPENJEV_NOUL_DEFAULT = (
+    "{% if o.key == 'true' %}The statement is true.{% else %}The statement is false.{% endif %}"
+)
+
+
 def openjev() -> str:
-    """Qwen chat, thinking closed, options lettered `[A]`..; answer read from the letters."""
+    """OpenJev's layout (its helper/shim.py, as llama.cpp writes it): Qwen chat, thinking
+    closed, one `[A] name: description` line per option. The letters come from the option's
+    position (llama-server passes no `label` for openjev); a noul without descriptions says
+    what yes and no mean; a prompt with images says they show the current screen."""
     name = "{% if type == 'noul' %}" + NOUL_NAME + "{% else %}{{ o.key }}{% endif %}"
-    option = (
-        "[{{ o.label }}] "
-        + name
-        + "{% if "
-        + _has("o.description")
-        + " %}: "
+    described = (
+        "{% if o.description %}"
         + text("o.description")
+        + "{% elif type == 'noul' %}"
+        + OPENJEV_NOUL_DEFAULT
         + "{% endif %}"
-        + NL
     )
+    option = "[{{ '" + OPENJEV_LETTERS + "'[loop.index0] }}] " + name + ": " + described + NL
+    screen = "{% if images %}The screenshot shows the current screen." + NL + "{% endif %}"
     return (
-        f"<|im_start|>user{NL}" + IMAGES + f"State:{NL}" + text("state") + f"{NL}{NL}"
+        f"<|im_start|>user{NL}" + IMAGES + screen + f"State:{NL}" + text("state") + f"{NL}{NL}"
         "Question: "
         + text("instructions")
         + "{% if type == 'score' %} Rate along the ordered levels below (lowest first).{% endif %}"
@@ -70,7 +78,8 @@ LEV_SYSTEM = (
 
 
 def lev() -> str:
-    """Lev's chat prompt: Evidence, Criterion, then lettered options or the 0-8 scale."""
+    """Lev's chat prompt: Evidence, Criterion (the question's id when the instructions are
+    empty, as llama.cpp's template does), then lettered options or the 0-8 scale."""
     desc = text("o.description")
     options = (
         f"# Options{NL}" + "{% for o in options %}{{ o.label }}. "
@@ -102,7 +111,9 @@ def lev() -> str:
         f"<|im_start|>system{NL}{LEV_SYSTEM}<|im_end|>{NL}<|im_start|>user{NL}# Evidence{NL}"
         + text("state")
         + f"{NL}{NL}# Criterion{NL}"
+        + "{% if instructions %}"
         + text("instructions")
+        + "{% else %}{{ id }}{% endif %}"  # empty instructions: the question's id stands in
         + NL
         + NL
         + "{% if type == 'noul' %}"

@@ -93,11 +93,25 @@ def read_bpe_vocab(ckpt: Checkpoint, *, pre: str, vocab_size: int | None) -> Voc
             tokens.append(text)
             types.append(gguf.TokenType.NORMAL)
     special = gguf.SpecialVocab(ckpt.dir, load_merges=True, n_vocab=size)
+    _byte_level_adds_nothing(tok, special)
     if not special.merges:
         raise CheckpointError(
             ckpt.dir / "tokenizer.json", "model.merges", "a BPE tokenizer needs merges"
         )
     return Vocab(tokens, types, pre, special)
+
+
+def _byte_level_adds_nothing(tok: dict[str, Any], special: gguf.SpecialVocab) -> None:
+    """A ByteLevel post-processor adds no BOS or EOS: llama.cpp's gguf-py (b11434) writes
+    `add_bos_token` / `add_eos_token` false for it when nothing else set them; the pinned
+    gguf package predates that rule."""
+    post = tok.get("post_processor")
+    if not isinstance(post, dict):
+        return
+    for proc in post.get("processors", [post]):
+        if isinstance(proc, dict) and proc.get("type") == "ByteLevel":
+            special.add_special_token.setdefault("bos", False)
+            special.add_special_token.setdefault("eos", False)
 
 
 def named_templates(special: gguf.SpecialVocab) -> tuple[str | None, dict[str, str]]:

@@ -7,7 +7,9 @@ launcher is that binary for both servers under test (`scripts/peer_suite.py` run
 
 - the model flags that would download (`--hf-repo`, `--hf-file`, `--model-url`,
   `--mmproj-url`) are replaced by a local GGUF: `PEER_MODELS` (a JSON object, hf repo or
-  "repo/file" -> path) or else the embedded SmolLM2; `--offline` goes with them;
+  "repo/file" -> path) or else the embedded SmolLM2, with the `mmproj-<name>` beside it
+  when there is one (the hub's API hands llama-server a repo's mmproj); `--offline` goes
+  with them;
 - every other flag is passed unchanged, so a flag llamactl lacks fails the test that needs
   it, as it would fail a user who swapped servers;
 - `PEER_TARGET` names the server: `llamactl` (default: the `llamactl serve` installed beside
@@ -25,6 +27,7 @@ import sys
 DOWNLOAD_FLAGS = ("--hf-repo", "-hfr", "--hf-file", "-hff", "--model-url", "-mu", "--mmproj-url")
 DROPPED_SWITCHES = ("--offline",)
 MODEL_FLAGS = ("--model", "-m", "--models-dir", "--models-preset")
+MMPROJ_FLAGS = ("--mmproj", "-mm", "--no-mmproj")
 
 
 def _substitutes() -> dict[str, str]:
@@ -73,7 +76,13 @@ def translate(args: list[str], table: dict[str, str]) -> list[str]:
         i += 1
     has_model = any(a in MODEL_FLAGS for a in out)
     if wants_model and not has_model:
-        out += ["--model", local_model(repo, file, table)]
+        model = local_model(repo, file, table)
+        out += ["--model", model]
+        # the hub hands llama-server a repo's mmproj with its model; locally it is the
+        # `mmproj-<name>` beside the stand-in (llamactl finds that one by itself too)
+        mmproj = os.path.join(os.path.dirname(model), "mmproj-" + os.path.basename(model))
+        if os.path.isfile(mmproj) and not any(a in MMPROJ_FLAGS for a in out):
+            out += ["--mmproj", mmproj]
     return out
 
 

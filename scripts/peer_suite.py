@@ -11,7 +11,8 @@ suite's model downloads by local GGUFs (`--models FILE`: a JSON object, hf repo 
 FIM model, which SmolLM2 cannot stand in for: tiny GGUFs, see `fixture_models`). Both servers
 get the same command lines and the same models, so a test that passes on one and fails on the
 other is a difference between the servers. The suite's slow tests are left out, as its
-`tests.sh` does, and so is its model preloading (nothing to download; see `without_preload`).
+`tests.sh` does, and so is its model preloading (nothing to download; see `without_preload`);
+the pictures its vision tests download are answered with a local PNG (`offline_images`).
 
 Progress goes to stderr; the table (or `--json`) to stdout. Exit status 0 unless the suite
 could not run at all.
@@ -129,6 +130,48 @@ def fixture_models(cache: Path) -> dict[str, str]:
     return {RERANK_MODEL: str(rank), INFILL_MODEL: str(fim)}
 
 
+# The suite's vision tests download their test pictures from the hub while they run. The
+# runner answers those downloads with a local PNG (a pytest plugin around `requests.get`):
+# tests that read what a picture shows fail on both servers alike, the others run offline.
+IMAGE_URL_PREFIX = "https://huggingface.co/ggml-org/tinygemma3-GGUF/resolve/main/test/"
+IMAGE_PLUGIN = """
+import os
+import requests
+
+_get = requests.get
+
+
+def _local_image(url, *args, **kwargs):
+    if isinstance(url, str) and url.startswith(os.environ["PEER_IMAGE_PREFIX"]):
+        response = requests.Response()
+        response.status_code = 200
+        response.url = url
+        with open(os.environ["PEER_IMAGE"], "rb") as f:
+            response._content = f.read()
+        return response
+    return _get(url, *args, **kwargs)
+
+
+requests.get = _local_image
+"""
+
+
+def offline_images(work: Path) -> dict[str, str]:
+    """The environment that loads the image plugin (written into `work`)."""
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from test_decision_engine import png
+
+    (work / "peer_offline_images.py").write_text(IMAGE_PLUGIN)
+    image = work / "picture.png"
+    image.write_bytes(png(64, 48))
+    path = os.environ.get("PYTHONPATH", "")
+    return {
+        "PYTHONPATH": f"{work}{os.pathsep}{path}" if path else str(work),
+        "PEER_IMAGE": str(image),
+        "PEER_IMAGE_PREFIX": IMAGE_URL_PREFIX,
+    }
+
+
 def launcher(work: Path) -> Path:
     """An executable the suite can start (`LLAMA_SERVER_BIN_PATH`): this interpreter running
     scripts/peer_server.py, so llamactl is the one installed beside it."""
@@ -156,8 +199,10 @@ def run_target(
         "PEER_TARGET": target,
         "PEER_MODELS": json.dumps(models),
         "LLAMA_CACHE": str(work / "cache"),
+        **offline_images(work),
     }
     args = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow"]
+    args += ["-p", "peer_offline_images"]
     args += [f"--timeout={timeout}", f"--junitxml={report}", "-o", "junit_family=xunit2"]
     args += selection or ["unit"]
     _log(f"running the suite against {name} ...")

@@ -201,7 +201,8 @@ def tokenizer_files(kind: str) -> tuple[dict[str, Any], dict[str, Any], dict[str
             "use_regex": False,
         }
         config = {
-            "bos_token": None,
+            "tokenizer_class": "Qwen2Tokenizer",  # as Qwen's checkpoints say (transformers
+            "bos_token": None,  # then needs no config.json to pick the tokenizer)
             "eos_token": "<|im_end|>",
             "pad_token": "<|endoftext|>",
             "add_bos_token": False,
@@ -623,7 +624,7 @@ def _qwen35_checkpoint(
     if vision:
         _write_json(path / "preprocessor_config.json", QWEN_PREPROCESSOR)
     w = _Weights(seed)
-    _qwen35_trunk(w, qwen35_text_config(), lm_head=lm_head)
+    _qwen35_trunk(w, config.get("text_config", config), lm_head=lm_head)
     if vision:
         _qwen_vision(w)
     if extra is not None:
@@ -633,14 +634,24 @@ def _qwen35_checkpoint(
 
 
 def build_qwen35_base(
-    path: Path, *, bf16: bool = False, shards: int = 1, seed: int = 3, vision: bool = False
+    path: Path,
+    *,
+    bf16: bool = False,
+    shards: int = 1,
+    seed: int = 3,
+    vision: bool = False,
+    layer_types: tuple[str, ...] | None = None,
 ) -> Path:
-    """A Qwen3.5 checkpoint (the base model lev and kev adapters are merged into)."""
+    """A Qwen3.5 checkpoint (the base model lev and kev adapters are merged into);
+    `layer_types` replaces the periodic pattern (full attention every 2nd layer)."""
+    text_config = qwen35_text_config()
+    if layer_types is not None:
+        text_config |= {"layer_types": list(layer_types), "num_hidden_layers": len(layer_types)}
     config = {
         "architectures": ["Qwen3_5ForConditionalGeneration"],
         "model_type": "qwen3_5",
         "_name_or_path": "Qwen/Qwen3.5-4B",
-        "text_config": qwen35_text_config(),
+        "text_config": text_config,
         "tie_word_embeddings": False,
     }
     if vision:
@@ -660,6 +671,27 @@ def build_openjev(path: Path, *, bf16: bool = False, shards: int = 1, seed: int 
             "temperatures": {"choice": 1.2, "score": 0.9, "noul": 1.1, "choice:11+": 1.3},
         },
     )
+    return path
+
+
+OPENJEV_SHIM = "# OpenJev's serving helper: prompt layout and temperatures (text lane)\n"
+
+
+def build_openjev_upstream(
+    path: Path,
+    *,
+    bf16: bool = False,
+    shards: int = 1,
+    seed: int = 4,
+    layer_types: tuple[str, ...] | None = None,
+) -> Path:
+    """OpenJev as upstream publishes it: a Qwen3.5-VL checkpoint with `helper/shim.py`, no
+    calibration.json, nothing named openjev (a cache snapshot is named by a hash)."""
+    build_qwen35_base(
+        path, bf16=bf16, shards=shards, seed=seed, vision=True, layer_types=layer_types
+    )
+    (path / "helper").mkdir(exist_ok=True)
+    (path / "helper" / "shim.py").write_text(OPENJEV_SHIM, encoding="utf-8")
     return path
 
 
@@ -911,6 +943,7 @@ BUILDERS: dict[str, Callable[..., Path]] = {
     "openbmb-minicpm-ocr-jev": build_minicpm_ocr_jev,
     "openjev": build_openjev,
     "openjev-qwen3": build_openjev_qwen3,
+    "openjev-upstream": build_openjev_upstream,
     "h2o-lightning": build_h2o_lightning,
     "qwen35-base": build_qwen35_base,
     "lev": build_lev,

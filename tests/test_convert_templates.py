@@ -32,10 +32,13 @@ def render(decision_type: str, **variables) -> str:
 
 
 def test_openjev_choice_layout():
-    got = render("openjev", type="choice", options=OPTIONS)
+    """llama.cpp's layout: `name: ` even without a description, letters by position (the
+    labels the server passes are not read: llama-server passes none for openjev)."""
+    unlabelled = [{k: v for k, v in o.items() if k != "label"} for o in OPTIONS]
+    got = render("openjev", type="choice", options=unlabelled)
     assert got == (
         "<|im_start|>user\nState:\nticket\n\nQuestion: Route it\nOptions:\n"
-        "[A] billing: Money matters\n[B] tech_support\n\n"
+        "[A] billing: Money matters\n[B] tech_support: \n\n"
         "Answer with the letter of the best option only.<|im_end|>\n"
         "<|im_start|>assistant\n<think>\n\n</think>\n\n"
     )
@@ -47,7 +50,15 @@ def test_openjev_object_state_keeps_key_order_and_score_hint():
     assert "Question: Route it Rate along the ordered levels below (lowest first).\n" in got
     assert "[C] 2: right now\n" in got
     noul = render("openjev", type="noul", options=NOUL)
-    assert "[A] yes: It is broken\n[B] no\n" in noul
+    assert "[A] yes: It is broken\n[B] no: The statement is false.\n\n" in noul
+    bare = [{**o, "description": None} for o in NOUL]
+    assert "[A] yes: The statement is true.\n[B] no: The statement is false.\n" in render(
+        "openjev", type="noul", options=bare
+    )
+    shown = render("openjev", type="choice", options=OPTIONS, images=["<m>", "<m>"])
+    assert shown.startswith(
+        "<|im_start|>user\n<m><m>The screenshot shows the current screen.\nState:\n"
+    )
 
 
 def test_lev_layouts():

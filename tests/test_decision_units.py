@@ -185,16 +185,15 @@ def test_invalid_requests_are_refused_with_the_spec_messages(body, message):
     assert str(info.value).startswith(message)
 
 
-def test_null_state_only_for_d1_types_and_lev_refuses_empty_instructions():
+def test_null_state_only_for_d1_types_and_empty_instructions_are_a_question():
     q = {"q": {"type": "noul", "instructions": "i"}}
     for dtype in (D1, OMNI):
         assert parse_request({"state": None, "questions": q}, dtype, 255).state is None
     with pytest.raises(InvalidRequestError, match='"state" must be provided'):
         parse_request({"state": None, "questions": q}, OPENJEV, 52)
     empty = {"q": {"type": "noul", "instructions": ""}}
-    with pytest.raises(InvalidRequestError, match='questions.q: "instructions" must not be empty'):
-        parse_request({"state": "s", "questions": empty}, LEV, 255)
-    assert parse_request({"state": "s", "questions": empty}, OPENJEV, 52)
+    for dtype, n in ((LEV, 255), (OPENJEV, 52)):  # as llama-server: only null is refused
+        assert parse_request({"state": "s", "questions": empty}, dtype, n).questions[0].id == "q"
 
 
 def test_media_from_fields_and_chat_message_states():
@@ -251,6 +250,15 @@ def test_letter_labels_are_limited_to_single_tokens():
     assert maker.positional(3).codes == ("A", "B", "C")
     doubled = LabelMaker("letters_doubled", fake_single({*"ABCDEFGHIJKLMNOPQRSTUVWXYZ", "AA"}), 255)
     assert doubled.max_options == 27
+    # a code that is not one token is skipped, not the end of the codes (llama-server)
+    gaps = LabelMaker("letters_doubled", fake_single({*"ABCDEFGHIJKLMNOPQRSTUVWXYZ", "NO"}), 255)
+    assert gaps.max_options == 27 and gaps.positional(27).codes[-1] == "NO"
+    every = {*"ABCDEFGHIJKLMNOPQRSTUVWXYZ"} | {a + b for a in "ABCDEFGHIJ" for b in "ABCDEFGHIJ"}
+    every |= {a + b for a in "XYZ" for b in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"}
+    capped = LabelMaker("letters_doubled", fake_single(every), 255)
+    assert capped.max_options == 26 + 100 + 78 and capped.positional(300).codes[-1] == "ZZ"
+    full = LabelMaker("letters_doubled", lambda text: 0, 255)
+    assert full.max_options == 255 and full.positional(255).codes[-1] == "IU"
 
 
 def test_d1_codes_follow_the_pool():
@@ -291,13 +299,19 @@ def test_kev_flattens_and_escapes():
         "orders": [1, {"id": 2}],
         "addr": {"c": "X"},
     }
+    # as llama-server's decision_kev_render: an item's first line inline after `- `, null
+    # as nothing after `key: `
     assert flatten(state) == (
-        "name: Bob\nvip: True\nnotes:\norders:\n  - 1\n  -\n    id: 2\naddr:\n  c: X"
+        "name: Bob\nvip: True\nnotes: \norders:\n  - 1\n  - id: 2\naddr:\n  c: X"
     )
-    assert flatten(False) == "False" and flatten(None) == ""
+    nested = {"rows": [[1, 2], {"a": {"b": None}}, None, "", 1.5], "e": {}, "l": []}
+    assert flatten(nested) == (
+        "rows:\n  - - 1\n    - 2\n  - a:\n      b: \n  - \n  - \n  - 1.5\ne:\n\nl:\n"
+    )
+    assert flatten(False) == "False" and flatten(None) == "" and flatten([]) == ""
     assert escape_special("a<|im_end|>b <|x") == "a<\u00a6im_end\u00a6>b <|x"
     prep = TextPrep(KEV, "<__media__>")
-    assert prep.user({"k": "<|box_end|><__media__>"}) == "k: <\u00a6box_end\u00a6>"
+    assert prep.user({"k": "<|box_end|><__media__>"}) == "k: <\u00a6box_end\u00a6> "
 
 
 def test_state_key_order_is_kept_except_for_lev():

@@ -2,7 +2,8 @@
 token ids whose logits score each option.
 
 - `letters` (openjev, h2o-lightning): A-Z then a-z.
-- `letters_doubled` (lev, nimble, pplx-decider): A-Z then AA, AB, ... ZZ.
+- `letters_doubled` (lev, nimble, pplx-decider): A-Z then AA, AB, ... ZZ, leaving out the
+  codes that are not one token (as llama-server does), at most 255.
 - `d1` (lfm2-d1): single-letter keys as they are, else A.. (up to 26 options) or 00, 01, ...;
   a code that is not one token, or is taken, gives way to the first free code of a pool; each
   option scores the max over its group (the code, and the code after a space).
@@ -55,17 +56,26 @@ class LabelMaker:
         self.scheme = scheme
         self._single = single
         self._cache: dict[str, int | None] = {}
-        base = letters() if scheme == "letters" else letters_doubled()
-        self._plain = base[:limit]
         self.max_options = limit
-        if scheme in ("letters", "letters_doubled"):
-            # only a leading run of single-token codes is usable: labels are positional
+        if scheme == "letters":
+            # the template letters options by position: only a leading run is usable
+            base = letters()[:limit]
             n = 0
-            while n < len(self._plain) and self.token(self._plain[n]) is not None:
+            while n < len(base) and self.token(base[n]) is not None:
                 n += 1
-            self.max_options = min(limit, n)
-        elif scheme == "d1":
-            self.max_options = min(limit, sum(1 for c in d1_pool() if self.token(c) is not None))
+            self._plain = base[:n]
+            self.max_options = n
+        elif scheme == "letters_doubled":
+            # the codes are passed as labels: a code that is not one token is skipped, as
+            # llama-server does (so a vocabulary without `AB` still reads 255 options)
+            self._plain = [c for c in letters_doubled() if self.token(c) is not None][:limit]
+            self.max_options = len(self._plain)
+        else:
+            self._plain = letters_doubled()[:limit]
+            if scheme == "d1":
+                self.max_options = min(
+                    limit, sum(1 for c in d1_pool() if self.token(c) is not None)
+                )
 
     def token(self, text: str) -> int | None:
         if text not in self._cache:

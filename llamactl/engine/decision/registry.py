@@ -40,7 +40,6 @@ class DecisionType:
     buckets: Buckets = "count"
     takes_images: bool = True
     takes_audio: bool = False
-    require_instructions: bool = False  # lev refuses empty instructions
     noul_yes_no: bool = False  # noul criteria may say `yes` / `no` for `true` / `false`
 
 
@@ -59,7 +58,6 @@ TYPES: dict[str, DecisionType] = {
             choice_variants=2,
             noul_scale=9,
             buckets="lev",
-            require_instructions=True,
         ),
         DecisionType(
             "nimble", "labels", "letters_doubled", 52, shares_prompt=True, noul_true_first=False

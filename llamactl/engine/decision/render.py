@@ -10,6 +10,7 @@ media markers are taken out of user text so only real media reach mtmd.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,8 +47,8 @@ class TextPrep:
     media_marker: str
 
     def text(self, s: str) -> str:
-        if self.media_marker:
-            s = s.replace(self.media_marker, "")
+        if self.media_marker:  # a blank where the marker was, as llama-server writes it
+            s = s.replace(self.media_marker, " ")
         if self.dtype.escape_special:
             s = escape_special(s)
         if self.dtype.name == "lfm2-d1-omni":
@@ -75,38 +76,28 @@ class TextPrep:
 
 
 def flatten(value: Any, indent: int = 0) -> str:
-    """kev's YAML-like text: `key: value` lines, nested values indented by 2 under `key:`,
-    list items after `- `, booleans as True / False, null as nothing."""
-    return "\n".join(_flat_lines(value, indent)) if _is_container(value) else _scalar(value)
-
-
-def _is_container(v: Any) -> bool:
-    return isinstance(v, (dict, list)) and bool(v)
-
-
-def _scalar(v: Any) -> str:
-    if v is None:
+    """kev's YAML-like text (kev/api.py's render, as llama-server's `decision_kev_render`
+    writes it): `key: value` lines, a nested object or list under `key:` indented by 2, list
+    items after `- ` with an item's own first line inline (`- id: 2`), booleans as True /
+    False, null as nothing (`key: `), numbers as JSON."""
+    pad = "  " * indent
+    if value is None:
         return ""
-    if isinstance(v, bool):
-        return "True" if v else "False"
-    if isinstance(v, (dict, list)):
-        return ""  # an empty container
-    return str(v)
-
-
-def _flat_lines(value: Any, indent: int) -> list[str]:
-    pad = " " * indent
-    lines: list[str] = []
-    items = value.items() if isinstance(value, dict) else ((None, x) for x in value)
-    for key, item in items:
-        head = f"{pad}{key}:" if key is not None else f"{pad}-"
-        if _is_container(item):
-            lines.append(head)
-            lines.extend(_flat_lines(item, indent + 2))
-        else:
-            text = _scalar(item)
-            lines.append(f"{head} {text}" if text else head)
-    return lines
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, list):
+        items = (flatten(item, indent + 1).lstrip(" \t\n\r") for item in value)
+        return "\n".join(f"{pad}- {text}" for text in items)
+    if isinstance(value, dict):
+        lines = []
+        for key, item in value.items():
+            nested = isinstance(item, (dict, list))
+            head = f"{pad}{key}:\n" if nested else f"{pad}{key}: "
+            lines.append(head + flatten(item, indent + 1 if nested else 0))
+        return "\n".join(lines)
+    return json.dumps(value)
 
 
 class PromptRenderer:
@@ -129,7 +120,10 @@ class PromptRenderer:
             ) from exc
         self.source = source
         self.dtype = dtype
-        self.prep = TextPrep(dtype, media_marker)
+        self.prep = TextPrep(dtype, "")
+        # with media, markers in user text are taken out so only real media reach mtmd;
+        # without, the text is left as it is (a marker is plain text then), as in llama-server
+        self.prep_media = TextPrep(dtype, media_marker)
         self.media_marker = media_marker
         self._tokens = {"bos_token": bos_token, "eos_token": eos_token}
         # a template that never mentions `images` has no place to put them
@@ -146,7 +140,7 @@ class PromptRenderer:
         audio: bool = False,
         all_questions: Sequence[Question] = (),
     ) -> str:
-        prep = self.prep
+        prep = self.prep_media if n_media else self.prep
         variables: dict[str, Any] = {
             **self._tokens,
             "id": prep.text(question.id),

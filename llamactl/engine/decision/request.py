@@ -49,10 +49,8 @@ def _question(qid: str, q: Any, dtype: DecisionType, max_options: int) -> Questi
     if qtype not in QUESTION_TYPES:
         raise fail('"type" must be one of: ' + ", ".join(QUESTION_TYPES))
     instructions = q.get("instructions")
-    if instructions is None:
+    if instructions is None:  # "" is a question too, as in llama-server (lev shows the id)
         raise fail('"instructions" must be provided')
-    if dtype.require_instructions and instructions in ("", [], {}):
-        raise fail('"instructions" must not be empty')
     criteria = q.get("criteria")
     levels: tuple[Any, ...] = ()
     if qtype == "choice":
