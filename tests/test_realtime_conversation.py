@@ -525,6 +525,31 @@ def test_reasoning_is_not_spoken_and_can_be_ended(thinking_server):
     assert audio_of(everything).size > 0
 
 
+def test_a_session_reasoning_budget_ends_the_thinking_and_the_answer_is_spoken(thinking_server):
+    """`reasoning_budget` (a llamactl extension, on the session or one response): after that
+    many thinking tokens the engine closes the block itself, so a voice turn never waits for
+    a long thought; a bad value is refused with the param named."""
+    c = Client(thinking_server)
+    try:
+        c.until("session.created")
+        manual(c)
+        c.send("session.update", session={"type": "realtime", "reasoning_budget": "lots"})
+        assert c.until("error")[-1]["error"]["param"] == "session.reasoning_budget"
+        c.send("session.update", session={"type": "realtime", "reasoning_budget": 3})
+        updated = c.until("session.updated")[-1]["session"]
+        assert updated["reasoning_budget"] == 3
+        c.say("What is 2+2?")
+        c.send("response.create", response={"max_output_tokens": 60, "temperature": 0})
+        events = c.until("response.done")
+    finally:
+        c.close()
+    reasoning = next(e for e in events if e["type"] == "response.reasoning.done")["text"]
+    transcript = transcript_deltas(events)
+    assert reasoning.strip() and transcript.strip()
+    assert len(reasoning.split()) <= 6  # three tokens of thinking, then the end marker
+    assert "</think>" not in transcript and audio_of(events).size > 0
+
+
 def test_created_audio_item_is_transcribed_before_the_answer(client):
     manual(client)
     pcm = base64.b64encode(pcm24(QUESTION).astype("<i2").tobytes()).decode()

@@ -30,6 +30,7 @@ from .session import (
     _max_tokens,
     _modalities,
     _no_tools,
+    _reasoning_budget,
     _temperature,
 )
 
@@ -220,6 +221,7 @@ class ResponseParams(_Shape):
         None
     )
     temperature: Annotated[float | None, _check(_temperature, "response")] = None
+    reasoning_budget: Annotated[int | None, _check(_reasoning_budget, "response")] = None
     audio: Annotated[ResponseAudio | None, _check(_object, "response.audio")] = None
     tools: Annotated[list[Any] | None, _check(_no_tools, "response.tools", "responses")] = None
     tool_choice: Annotated[str | None, _check(_no_tools, "response.tool_choice", "responses")] = (

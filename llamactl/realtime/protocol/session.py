@@ -248,6 +248,20 @@ def _temperature(value: Any, where: str) -> Any:
     return float(value)
 
 
+def _reasoning_budget(value: Any, where: str) -> Any:
+    """A llamactl extension: thinking tokens before the engine ends the thinking itself
+    (-1: no bound; null: the server's --reasoning-budget). Voice cannot wait for long thoughts."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise _refuse(
+            f"{where}.reasoning_budget must be an integer of at least -1 (-1: no bound), "
+            f"got {value!r}",
+            f"{where}.reasoning_budget",
+        )
+    return value
+
+
 def _no_tools(value: Any, param: str, what: str) -> Any:
     if value not in (None, [], "auto", "none"):
         raise _refuse(
@@ -299,7 +313,7 @@ def _session_model(value: Any, info: ValidationInfo) -> Any:
 
 class RealtimeSession(_Shape):
     """`session.type: "realtime"`, a conversation: speech (or text) in, answers out.
-    `temperature` is a llamactl extension (null: the server's default)."""
+    `temperature` and `reasoning_budget` are llamactl extensions (null: the server's default)."""
 
     object: Literal["realtime.session"] = "realtime.session"
     type: Literal["realtime"] | None = "realtime"
@@ -319,6 +333,7 @@ class RealtimeSession(_Shape):
     instructions: Annotated[str | None, _check(_string, "session.instructions")] = None
     max_output_tokens: Annotated[int | Literal["inf"] | None, _check(_max_tokens, "session")] = None
     temperature: Annotated[float | None, _check(_temperature, "session")] = None
+    reasoning_budget: Annotated[int | None, _check(_reasoning_budget, "session")] = None
     tracing: Any = None
     truncation: Any = None
 

@@ -44,6 +44,9 @@ class OutputConfig:
     rate: int = 24000
     speed: float = 1.0
     temperature: float | None = None  # llamactl extension; None: the server's default
+    # llamactl extension: thinking tokens before the engine closes the thinking itself
+    # (-1: no bound; None: the server's --reasoning-budget)
+    reasoning_budget: int | None = None
 
 
 @dataclass
@@ -87,6 +90,7 @@ class RealtimeConfig:
             "truncation": "auto",
             "include": list(self.input.include) or None,
             "temperature": out.temperature,
+            "reasoning_budget": out.reasoning_budget,
         }
 
 
@@ -145,6 +149,8 @@ def apply_output(
         out.max_output_tokens = None if tokens == "inf" else tokens
     if "temperature" in sent and fields.temperature is not None:
         out.temperature = fields.temperature
+    if "reasoning_budget" in sent:
+        out.reasoning_budget = fields.reasoning_budget
 
 
 def apply_audio_output(out: OutputConfig, value: protocol.AudioOutput | None) -> None:

@@ -296,6 +296,7 @@ class Response:
                 messages=self._messages(),
                 sampling=sampling_params(state, temperature=out.temperature),
                 max_tokens=out.max_output_tokens or state.settings.max_tokens,
+                reasoning_budget=_reasoning_budget(out.reasoning_budget, state),
                 add_generation_prompt=True,
                 continue_final_message=False,
             )
@@ -373,3 +374,9 @@ def _usage(done: Done) -> dict[str, Any]:
         },
         "output_token_details": {"text_tokens": u.completion_tokens, "audio_tokens": 0},
     }
+
+
+def _reasoning_budget(asked: int | None, state: ServerState) -> int | None:
+    """The response's thinking bound: its own, else the server's (-1 and unset: none)."""
+    budget = state.settings.reasoning_budget if asked is None else asked
+    return budget if budget >= 0 else None
