@@ -236,5 +236,6 @@ complete -c llamactl -n '__fish_seen_subcommand_from tui' -l api-key -x -d 'API 
 complete -c llamactl -n '__fish_seen_subcommand_from tui' -l device -x -d 'Input device number (see --list-devices)'
 complete -c llamactl -n '__fish_seen_subcommand_from tui' -l ptt -d 'Push to talk (ctrl+t starts and sends) instead of VAD'
 complete -c llamactl -n '__fish_seen_subcommand_from tui' -l audio-file -r -F -d 'Speak this audio file instead of the microphone (demos, tests)'
+complete -c llamactl -n '__fish_seen_subcommand_from tui' -l reasoning-budget -x -d 'Thinking tokens per answer before the model is made to answer (-1: no bound; default: the server\'s)'
 complete -c llamactl -n '__fish_seen_subcommand_from tui' -l list-devices -d 'List input devices and exit'
 complete -c llamactl -n '__fish_seen_subcommand_from tui' -s h -l help -d 'Show this message and exit'

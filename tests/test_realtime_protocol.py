@@ -91,6 +91,9 @@ SESSION_R = [  # conversation session.update bodies
     {"audio": {"output": {"speed": 9}}},
     {"audio": {"output": {"speed": False}}},
     {"audio": {"input": {"format": {"rate": 5}}}},
+    {"reasoning_budget": -2},
+    {"reasoning_budget": "lots"},
+    {"reasoning_budget": True},
 ]
 SESSION_R_OK = [
     {},
@@ -118,6 +121,8 @@ SESSION_R_OK = [
     {"audio": {"output": {"voice": "en-us", "format": None}}},
     {"audio": {"input": {"turn_detection": {"create_response": False}}}},
     {"audio": {"input": {"turn_detection": None}}},
+    {"reasoning_budget": 64},
+    {"reasoning_budget": -1},
 ]
 ITEMS = [  # conversation.item.create items
     {"type": "function_call"},

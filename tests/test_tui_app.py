@@ -445,3 +445,18 @@ def test_ctrl_q_quits_and_stops_the_microphone(fake):
         assert not source.running
 
     run(scenario)
+
+
+def test_a_reasoning_budget_is_sent_with_the_session_and_shown(fake):
+    async def scenario():
+        app = make_app(fake.url, reasoning_budget=48)
+        async with app.run_test(size=(140, 30)) as pilot:
+            await connected(pilot)
+            shown = str(app.status.render())
+            assert "thinking ≤ 48 tokens" in shown
+        update = fake.of_type("session.update")[0]["session"]
+        assert update["reasoning_budget"] == 48
+
+    asyncio.run(scenario())
+    plain = make_app(fake.url)
+    assert plain.reasoning_budget is None  # the server's own budget, nothing shown

@@ -67,6 +67,7 @@ def session(output_modalities: list[str]) -> dict[str, Any]:
         "truncation": "auto",
         "include": None,
         "temperature": None,
+        "reasoning_budget": None,
     }
 
 

@@ -99,6 +99,7 @@ class ChatApp(App[None]):
         vad: bool = True,
         server_label: str | None = None,
         instructions: str | None = None,
+        reasoning_budget: int | None = None,
         source_factory: SourceFactory = MicSource,
         player_factory: PlayerFactory = open_player,
         list_devices: Callable[[], list[dict[str, Any]]] = input_devices,
@@ -111,6 +112,7 @@ class ChatApp(App[None]):
         self.vad = vad
         self.server_label = server_label or url
         self.instructions = instructions
+        self.reasoning_budget = reasoning_budget  # thinking tokens per answer (None: server's)
         self.source_factory = source_factory
         self.player_factory = player_factory
         self.list_devices = list_devices
@@ -133,7 +135,7 @@ class ChatApp(App[None]):
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
-        yield StatusBar(self.server_label, id="status")
+        yield StatusBar(self.server_label, reasoning_budget=self.reasoning_budget, id="status")
         yield History(id="history")
         yield ReasoningPane(id="reasoning")
         yield MicBar(id="mic")
@@ -242,7 +244,10 @@ class ChatApp(App[None]):
 
     def _session_config(self) -> dict[str, Any]:
         return session_config(
-            vad=self.vad, audio_out=self.player.available, instructions=self.instructions
+            vad=self.vad,
+            audio_out=self.player.available,
+            instructions=self.instructions,
+            reasoning_budget=self.reasoning_budget,
         )
 
     # ------------------------------------------------------------------ sender

@@ -39,9 +39,10 @@ class TurnLatency:
 class StatusBar(Static):
     """One line: server, model, session state, last turn's latencies."""
 
-    def __init__(self, server: str, **kwargs: Any) -> None:
+    def __init__(self, server: str, *, reasoning_budget: int | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.server = server
+        self.reasoning_budget = reasoning_budget  # shown when the session bounds thinking
         self.model = "—"
         self.state = "connecting"
         self.latency = TurnLatency()
@@ -66,6 +67,8 @@ class StatusBar(Static):
             " · ",
             (self.server, "dim"),
         )
+        if self.reasoning_budget is not None and self.reasoning_budget >= 0:
+            line.append(f" · thinking ≤ {self.reasoning_budget} tokens", style="dim")
         self.update(line)
 
 

@@ -23,6 +23,7 @@ EPILOG = """**Examples**
 llamactl tui                                  # local server, embedded models, default mic
 llamactl tui -m ~/models/qwen3-4b.gguf --ptt  # push to talk (ctrl+t) instead of voice activity
 llamactl tui --url http://127.0.0.1:8080 --api-key s3cret
+llamactl tui -m qwen3-4b --reasoning-budget 64  # think briefly, then speak
 llamactl tui --list-devices                   # input devices for --device
 ```
 
@@ -65,6 +66,16 @@ def tui_command(
             dir_okay=False,
         ),
     ] = None,
+    reasoning_budget: Annotated[
+        int | None,
+        typer.Option(
+            "--reasoning-budget",
+            help="Thinking tokens per answer before the model is made to answer (-1: no bound;"
+            " default: the server's). Keeps a thinking model's spoken answer from waiting.",
+            min=-1,
+            metavar="N",
+        ),
+    ] = None,
     list_devices: Annotated[
         bool, typer.Option("--list-devices", help="List input devices and exit.")
     ] = False,
@@ -96,6 +107,7 @@ def tui_command(
             device=device,
             vad=not ptt,
             server_label=label,
+            reasoning_budget=reasoning_budget,
             source_factory=source_factory,
         )
         app.run()

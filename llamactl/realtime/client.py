@@ -106,9 +106,11 @@ def session_config(
     rate: int = RATE,
     instructions: str | None = None,
     transcription_model: str | None = None,
+    reasoning_budget: int | None = None,
 ) -> dict[str, Any]:
     """A conversation's `session.update` body: PCM16 both ways, server VAD or client commits
-    (push to talk), spoken or text-only answers. The user's speech is always transcribed."""
+    (push to talk), spoken or text-only answers. The user's speech is always transcribed.
+    `reasoning_budget` bounds each answer's thinking (llamactl's extension)."""
     turn = None
     if vad:
         turn = {
@@ -132,6 +134,8 @@ def session_config(
     }
     if instructions:
         fields["instructions"] = instructions
+    if reasoning_budget is not None:
+        fields["reasoning_budget"] = reasoning_budget
     return _body(protocol.RealtimeSession, **fields)
 
 
