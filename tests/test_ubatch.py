@@ -17,7 +17,7 @@ import pytest
 from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
 from llamactl.engine.model import Model
 from llamactl.engine.types import SamplingParams, TextDelta
-from llamactl.engine.ubatch import best_neighbours, lone_rows, plan_companions, split
+from llamactl.engine.ubatch import lone_rows, plan_companions, split
 from llamactl.models import embedded_model_path
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -55,7 +55,7 @@ def test_lone_rows_only_count_past_256_cells():
     assert lone_rows([0, 2], [300, 10], 512, streams=True) == [0]
 
 
-def _plan(seqs, pos, *, n_seqs=4, kv=None, streams=True, n_ubatch=512, neighbours=1):
+def _plan(seqs, pos, *, n_seqs=4, kv=None, streams=True, n_ubatch=512):
     kv = kv or {}
     return plan_companions(
         seqs,
@@ -65,7 +65,6 @@ def _plan(seqs, pos, *, n_seqs=4, kv=None, streams=True, n_ubatch=512, neighbour
         n_seqs=n_seqs,
         next_pos=lambda s: kv.get(s, 0),
         room=8,
-        neighbours=neighbours,
     )
 
 
@@ -80,20 +79,6 @@ def test_a_lone_row_of_the_last_slot_or_one_stream_takes_its_own_next_position()
     assert _plan([3], [300]) == [(3, 301)]
     assert _plan([0], [300], streams=False, n_seqs=1) == [(0, 301)]
     assert _plan([1], [300], kv={2: 400}) == [(1, 301)]  # the neighbour holds more cells
-
-
-def test_more_neighbours_join_while_they_are_free_and_shorter():
-    assert _plan([1], [300], kv={2: 10, 3: 0}, neighbours=2) == [(3, 0), (2, 10)]
-    assert _plan([1], [300], kv={2: 10, 3: 900}, neighbours=2) == [(2, 10)]  # 3 holds more
-    assert _plan([1, 3], [300, 5], kv={2: 10}, neighbours=3) == [(2, 10)]  # 3 has a row
-    assert _plan([2], [300], kv={3: 10}, neighbours=3, n_seqs=4) == [(3, 10)]  # no seq 4
-
-
-def test_the_neighbour_count_follows_ggml_s_chunking_of_heads():
-    # SmolLM2's 9 heads on 2 threads: one neighbour leaves 6 of 9 heads to one thread
-    assert best_neighbours(9, 2) == 2
-    assert best_neighbours(16, 2) == 1 and best_neighbours(32, 4) == 1
-    assert 1 <= best_neighbours(14, 2) <= 3
 
 
 def test_no_companion_where_no_row_is_alone():

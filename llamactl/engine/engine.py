@@ -50,12 +50,12 @@ from .requests import EngineConfig, EngineStats, GenerationRequest, ReasoningSpe
 from .sampling import SamplerChain, check_grammar
 from .seq_store import SeqStore, SlotFileResult, SlotFiles
 from .slot import Slot
-from .speculative import DraftModel, Speculator, build_speculators
+from .speculative import DraftModel, Speculator, build_speculators, parse_spec_types
 from .state_file import StateIdentity, model_identity
 from .stops import StopMatcher
 from .stream import GenerationStream, deliver_pending
 from .types import Done, PromptProgress, SamplingParams, SlotInfo, Timings, Usage
-from .ubatch import best_neighbours, plan_companions
+from .ubatch import plan_companions
 
 if TYPE_CHECKING:
     from .decision.media import Projector
@@ -128,18 +128,16 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         self.n_ctx = llama_cpp.llama_n_ctx(ctx)
         self.n_batch = llama_cpp.llama_n_batch(ctx)
         self.n_ubatch = llama_cpp.llama_n_ubatch(ctx)
-        # Lone rows get a companion row of their own sequence, decoded one cell past its
-        # last row and removed afterwards: that cell is held back from every slot, and the
-        # batch keeps room for one companion per slot.
-        self._companions = self.kv_type in SPLIT_KERNEL_KV and self._can_trim
+        # Over f16, ggml computes a lone row and a row in company by other kernels (see
+        # ubatch.py). Lone rows get a companion row of their own sequence, decoded one cell
+        # past its last row and removed afterwards: that cell is held back from every slot,
+        # and the batch keeps room for one companion per slot. With one slot and no
+        # speculation no row ever has company, so none is needed (it costs a step 6-11 ms at
+        # 1.7k cells on SmolLM2); a prompt's last row still goes alone (`_split_kernels`).
+        self._split_kernels = self.kv_type in SPLIT_KERNEL_KV and self._can_trim
+        speculating = bool(parse_spec_types(config.spec_types)) or config.model_draft is not None
+        self._companions = self._split_kernels and (config.n_parallel > 1 or speculating)
         self._split_streams = not config.kv_unified and config.n_parallel > 1
-        # free neighbour slots that join a lone row (their rows spread its heads over the
-        # threads better than one companion does: ubatch.best_neighbours)
-        self._neighbours = (
-            best_neighbours(llama_cpp.llama_model_n_head(model.handle), threads)
-            if self._split_streams
-            else 1
-        )
         held = 1 if self._companions else 0
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(ctx)  # each slot's KV cells
         self.n_ctx_slot = self.n_ctx_seq - held  # what a slot's prompt and answer may fill
@@ -686,7 +684,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
                     continue
                 end = min(end, media.next_start(slot.prompt_pos) or end)
             need = min(end - slot.prompt_pos, self._row_budget)
-            if self._companions and need >= EXACT_PIECE and end == len(slot.job_request.prompt):
+            if self._split_kernels and need >= EXACT_PIECE and end == len(slot.job_request.prompt):
                 # the prompt's last row on its own, as a warm rerun of this prompt decodes it:
                 # the same request answers alike whether its prefix is cached or not
                 need -= 1
@@ -813,7 +811,6 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             n_seqs=self.config.n_parallel,
             next_pos=lambda seq: llama_cpp.llama_memory_seq_pos_max(self._mem, seq) + 1,
             room=batch.free_rows,
-            neighbours=self._neighbours,
         )
         token = batch.raw.token[0]
         for seq, pos in plan:
