@@ -82,6 +82,12 @@ def sampling_defaults(settings: Settings) -> SamplingParams:
         top_p=settings.top_p,
         top_k=settings.top_k,
         min_p=settings.min_p,
+        repeat_penalty=settings.repeat_penalty,
+        repeat_last_n=settings.repeat_last_n,
+        dry_multiplier=settings.dry_multiplier,
+        dry_base=settings.dry_base,
+        dry_allowed_length=settings.dry_allowed_length,
+        dry_penalty_last_n=settings.dry_penalty_last_n,
         seed=settings.seed,
     )
 

@@ -18,7 +18,7 @@ from rich.segment import Segment
 from rich.spinner import Spinner
 from rich.text import Text
 
-from llamactl import UsageError
+from llamactl import REPEATING_NOTE, UsageError
 
 
 def no_color_requested() -> bool:
@@ -86,12 +86,14 @@ def human_size(n_bytes: int) -> str:
 # ---------------------------------------------------------- answer views
 class AnswerView(Protocol):
     """Draws one answer while it streams; `close` gets the whole answer and runs even when
-    the stream failed or was interrupted."""
+    the stream failed or was interrupted (`repeating`: the loop guard stopped it)."""
 
     def start(self) -> None: ...
     def reasoning(self, text: str) -> None: ...
     def content(self, text: str) -> None: ...
-    def close(self, content: str, reasoning: str, interrupted: bool) -> None: ...
+    def close(
+        self, content: str, reasoning: str, interrupted: bool, repeating: bool = False
+    ) -> None: ...
 
 
 class NullView:
@@ -106,7 +108,9 @@ class NullView:
     def content(self, text: str) -> None:
         pass
 
-    def close(self, content: str, reasoning: str, interrupted: bool) -> None:
+    def close(
+        self, content: str, reasoning: str, interrupted: bool, repeating: bool = False
+    ) -> None:
         pass
 
 
@@ -137,7 +141,9 @@ class PlainView:
         self.out.write(text)
         self.out.flush()
 
-    def close(self, content: str, reasoning: str, interrupted: bool) -> None:
+    def close(
+        self, content: str, reasoning: str, interrupted: bool, repeating: bool = False
+    ) -> None:
         if self._reasoned and not reasoning.endswith("\n"):
             self.err.write("\n")
         if self._started and not content.endswith("\n"):
@@ -145,6 +151,8 @@ class PlainView:
         self.out.flush()
         if interrupted:
             self.err.write("[interrupted]\n")
+        if repeating:
+            self.err.write(REPEATING_NOTE + "\n")
         self.err.flush()
 
 
@@ -205,10 +213,14 @@ class RichView:
         parts = self._parts(self._reasoning, self._content)
         return Group(*parts) if parts else self._spinner
 
-    def close(self, content: str, reasoning: str, interrupted: bool) -> None:
+    def close(
+        self, content: str, reasoning: str, interrupted: bool, repeating: bool = False
+    ) -> None:
         self._live.stop()
         parts = self._parts(reasoning, content)
         if interrupted:
             parts.append(Text("[interrupted]", style="dim"))
+        if repeating:
+            parts.append(Text(REPEATING_NOTE, style="dim"))
         if parts:
             self.console.print(Group(*parts))

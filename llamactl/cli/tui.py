@@ -114,10 +114,13 @@ def _source_factory(audio_file: Path | None):
 
 def _start_local_server(model: str | None, api_key: str | None):
     from llamactl.config import load_settings
+    from llamactl.config.interactive import interactive_settings
     from llamactl.models import resolve_model
     from llamactl.tui.local_server import LocalServer, log_path
 
-    settings = load_settings({"model": model, "api_key": [api_key] if api_key else None})
+    settings = interactive_settings(
+        load_settings({"model": model, "api_key": [api_key] if api_key else None})
+    )
     resolved = resolve_model(settings)
     server = LocalServer(settings, model_path=resolved.path)
     console = stderr_console()

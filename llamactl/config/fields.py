@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SkipValidation
+from pydantic import AfterValidator, Field, SkipValidation
 from pydantic.dataclasses import dataclass as settings_dataclass
 from pydantic.dataclasses import is_pydantic_dataclass
 from pydantic.fields import FieldInfo
@@ -24,6 +24,8 @@ from llamactl import paths
 from llamactl.core.errors import ConfigError
 from llamactl.engine.limits import DEFAULT_SLOT_CTX, MAX_DRAFT, physical_cores
 from llamactl.engine.types import ReasoningFormat
+
+from .interactive import INTERACTIVE
 
 __all__ = [
     "CHAT",
@@ -118,6 +120,12 @@ def _lora_scaled(items: list[str]) -> tuple[tuple[str, float], ...]:
             raise ConfigError(f"lora_scaled: expected FNAME:SCALE, got {item!r}")
         out.append((path, value))
     return tuple(out)
+
+
+def _no_limit(value: int | None) -> int | None:
+    """-1 is llama-server's "no limit": the same as leaving the setting out on `serve`, and
+    the way to lift the interactive commands' answer limit."""
+    return None if value == -1 else value
 
 
 def _flash_on(value: str) -> bool:
@@ -220,15 +228,64 @@ class Settings:
     ] = None
     max_tokens: Annotated[
         int | None,
-        Field(ge=0, description="Stop an answer after N tokens."),
+        Field(ge=-1, description="Stop an answer after N tokens; -1: no limit."),
+        AfterValidator(_no_limit),
         Flag(
             _SAMPLING,
             commands=_BOTH,
             short="-n",
             aliases=("--n-predict", "--predict"),
             metavar="N",
+            shown_default=f"serve: none; chat, tui: {INTERACTIVE.max_tokens}",
         ),
     ] = None
+    repeat_penalty: Annotated[
+        float,
+        Field(
+            gt=0.0,
+            le=100.0,
+            description="Penalise tokens seen in the last --repeat-last-n; 1: off.",
+        ),
+        Flag(
+            _SAMPLING,
+            commands=_BOTH,
+            metavar="X",
+            shown_default=f"serve: 1; chat, tui: {INTERACTIVE.repeat_penalty:g}",
+        ),
+    ] = 1.0
+    repeat_last_n: Annotated[
+        int,
+        Field(ge=0, description="Tokens --repeat-penalty looks back over; 0: off."),
+        Flag(_SAMPLING, commands=_BOTH, metavar="N"),
+    ] = 64
+    dry_multiplier: Annotated[
+        float,
+        Field(
+            ge=0.0,
+            description="DRY penalty on tokens extending a repeated sequence; 0: off.",
+        ),
+        Flag(
+            _SAMPLING,
+            commands=_BOTH,
+            metavar="X",
+            shown_default=f"serve: 0; chat, tui: {INTERACTIVE.dry_multiplier:g}",
+        ),
+    ] = 0.0
+    dry_base: Annotated[
+        float,
+        Field(ge=1.0, description="DRY: the penalty grows as base^(length - allowed length)."),
+        Flag(_SAMPLING, commands=_BOTH, metavar="X"),
+    ] = 1.75
+    dry_allowed_length: Annotated[
+        int,
+        Field(ge=0, description="DRY: repeated sequences up to this many tokens go unpenalised."),
+        Flag(_SAMPLING, commands=_BOTH, metavar="N"),
+    ] = 2
+    dry_penalty_last_n: Annotated[
+        int,
+        Field(ge=0, description="DRY: tokens scanned for repetitions; 0: off."),
+        Flag(_SAMPLING, commands=_BOTH, metavar="N"),
+    ] = 64
     system: Annotated[
         str | None,
         Field(description="System prompt."),

@@ -237,6 +237,16 @@ def llama_sampler_init_top_k(k: int, /) -> llama_sampler_p: ...
 def llama_sampler_init_top_p(p: float, min_keep: int, /) -> llama_sampler_p: ...
 def llama_sampler_init_min_p(p: float, min_keep: int, /) -> llama_sampler_p: ...
 def llama_sampler_init_temp(t: float, /) -> llama_sampler_p: ...
+def llama_sampler_init_dry(
+    vocab: llama_vocab_p,
+    dry_multiplier: float,
+    dry_base: float,
+    dry_allowed_length: int,
+    dry_penalty_last_n: int,
+    seq_breakers: ctypes.Array[ctypes.c_char_p] | None,
+    num_breakers: int,
+    /,
+) -> llama_sampler_p: ...
 def llama_sampler_init_penalties(
     n_vocab: int,
     penalty_last_n: int,
