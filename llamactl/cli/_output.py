@@ -6,6 +6,7 @@ NO_COLOR is set (https://no-color.org), so pipes, files and CI logs get plain te
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from collections.abc import Callable
@@ -38,14 +39,27 @@ def color_enabled(stream: TextIO) -> bool:
     return is_tty(stream) and not no_color_requested()
 
 
+def terminal_size(stream: TextIO) -> os.terminal_size | None:
+    """The size of the terminal `stream` writes to, asked of the terminal itself: LINES and
+    COLUMNS go stale when a window is resized, and a live view drawn for a taller terminal
+    than the real one scrolls its first lines into the scrollback, to be printed again."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+    return size if size.lines > 0 and size.columns > 0 else None
+
+
 def make_console(stream: TextIO) -> Console:
     """A rich Console bound to `stream` as it is now (tests swap sys.stdout per run)."""
     tty = is_tty(stream)
+    size = terminal_size(stream) if tty else None
     return Console(
         file=stream,
         force_terminal=tty,
         # in a pipe, keep lines whole for grep and awk instead of wrapping at 80 columns
-        width=None if tty or os.environ.get("COLUMNS") else 1000,
+        width=size.columns if size else None if tty or os.environ.get("COLUMNS") else 1000,
+        height=size.lines if size else None,
         no_color=not color_enabled(stream),
         color_system="auto" if color_enabled(stream) else None,
         highlight=False,
@@ -158,14 +172,22 @@ class PlainView:
 
 class _Tail:
     """Renders only the last lines of something, so a live answer taller than the terminal
-    shows its newest text instead of being cut at the bottom."""
+    shows its newest text instead of being cut at the bottom.
+
+    The live region must stay shorter than the terminal: a line that scrolls off its top
+    cannot be erased, and is in the scrollback twice once the answer is printed. So the
+    size is asked of the terminal at each refresh (the window may have been resized)."""
 
     def __init__(self, build: Callable[[], RenderableType]) -> None:
         self.build = build
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        lines = console.render_lines(self.build(), options, pad=False)
-        keep = max(1, console.height - 1)
+        size = terminal_size(console.file)
+        rows, width = console.height, options.max_width
+        if size is not None:
+            rows, width = min(rows, size.lines), min(width, size.columns)
+        lines = console.render_lines(self.build(), options.update_width(width), pad=False)
+        keep = max(1, rows - 1)
         for line in lines[-keep:]:
             yield from line
             yield Segment.line()
