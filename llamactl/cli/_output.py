@@ -10,7 +10,7 @@ import io
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn, Protocol, TextIO
+from typing import IO, NoReturn, Protocol, TextIO
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.live import Live
@@ -39,7 +39,7 @@ def color_enabled(stream: TextIO) -> bool:
     return is_tty(stream) and not no_color_requested()
 
 
-def terminal_size(stream: TextIO) -> os.terminal_size | None:
+def terminal_size(stream: IO[str]) -> os.terminal_size | None:
     """The size of the terminal `stream` writes to, asked of the terminal itself: LINES and
     COLUMNS go stale when a window is resized, and a live view drawn for a taller terminal
     than the real one scrolls its first lines into the scrollback, to be printed again."""
