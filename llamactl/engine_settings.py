@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from llamactl.engine.decision import DecisionConfig
     from llamactl.engine.engine import Engine as ChatEngine
     from llamactl.engine.engine import EngineConfig
+    from llamactl.engine.model import ModelLoad
 
 __all__ = [
     "chat_template",
@@ -29,6 +30,8 @@ __all__ = [
     "decision_config",
     "engine_config",
     "engine_values",
+    "gpu_note",
+    "model_load",
     "open_engine",
     "sampling_defaults",
 ]
@@ -65,6 +68,33 @@ def engine_config(settings: Settings) -> EngineConfig:
 
     names = {f.name for f in dataclasses.fields(EngineConfig)}
     return EngineConfig(**engine_values(settings, names))
+
+
+def model_load(settings: Settings) -> ModelLoad:
+    """How the model's weights are placed and mapped (-ngl, --split-mode, --mlock, ...)."""
+    from llamactl.engine.model import ModelLoad
+
+    names = {f.name for f in dataclasses.fields(ModelLoad)}
+    return ModelLoad(**engine_values(settings, names))
+
+
+def gpu_note(settings: Settings) -> str | None:
+    """The one line a CPU-only build prints when GPU flags were given: accepted, no effect."""
+    given = [
+        name
+        for name in ("n_gpu_layers", "split_mode", "main_gpu", "tensor_split")
+        if settings.sources.get(name) is not None and settings.sources[name].kind != "default"
+    ]
+    if not given:
+        return None
+    from llamactl.engine.model import gpu_offload_supported
+
+    if gpu_offload_supported():
+        return None
+    return (
+        "note: this llama-cpp-python has no GPU backend, so the model stays on the CPU "
+        "(-ngl/--split-mode/--main-gpu/--tensor-split change nothing; docs/serve.md, GPUs)"
+    )
 
 
 def decision_config(settings: Settings) -> DecisionConfig:
@@ -129,7 +159,7 @@ def open_engine(settings: Settings, model_path: Path) -> ChatEngine:
     from llamactl.engine.engine import Engine as ChatEngine
     from llamactl.engine.model import Model
 
-    model = Model(model_path)
+    model = Model(model_path, load=model_load(settings))
     try:
         return ChatEngine(model, engine_config(settings))
     except BaseException:

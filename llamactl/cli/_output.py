@@ -81,6 +81,12 @@ def print_error(message: str) -> None:
     stderr_console().print(line, soft_wrap=True, markup=False)
 
 
+def print_note(message: str | None) -> None:
+    """One dim line on stderr (nothing for None): something worth knowing, not an error."""
+    if message:
+        stderr_console().print(Text(message, style="dim"), soft_wrap=True, markup=False)
+
+
 def usage_error(message: str) -> NoReturn:
     """A command line the command cannot run: the group prints it and exits 2, as click does
     for its own usage errors."""

@@ -37,6 +37,7 @@ from llamactl.cli._output import (
     color_enabled,
     is_tty,
     print_error,
+    print_note,
     stderr_console,
     stdout_console,
     usage_error,
@@ -45,7 +46,7 @@ from llamactl.cli._settings_options import settings_options
 from llamactl.config import Settings, load_settings
 from llamactl.config.fields import CHAT
 from llamactl.config.interactive import INTERACTIVE, interactive_settings
-from llamactl.engine_settings import sampling_defaults
+from llamactl.engine_settings import gpu_note, sampling_defaults
 
 if TYPE_CHECKING:
     from llamactl import ChatStream
@@ -120,6 +121,7 @@ def chat_command(
     ] = False,
 ) -> None:
     settings = interactive_settings(load_settings(overrides))
+    print_note(gpu_note(settings))
     question = join_prompt(read_piped_stdin(), prompt)
     if question is None:
         if not is_tty(sys.stdin):

@@ -59,6 +59,7 @@ _LORA = "LoRA adapters (docs/serve.md, LoRA adapters)"
 _EDGE = "HTTP edge: origins, hosts, body limits"
 _LIMITS = "Request limits (docs/serve.md, Request limits)"
 _SPEECH = "Speech limits (docs/transcribe.md, docs/api-realtime.md)"
+_GPU = "GPU offload and memory (docs/serve.md, GPUs)"
 _COMPAT = "llama-server compatibility (docs/serve.md, Moving from llama-server)"
 _BOTH = ENGINE_COMMANDS
 
@@ -126,6 +127,19 @@ def _no_limit(value: int | None) -> int | None:
     """-1 is llama-server's "no limit": the same as leaving the setting out on `serve`, and
     the way to lift the interactive commands' answer limit."""
     return None if value == -1 else value
+
+
+def _proportions(items: list[str]) -> tuple[float, ...]:
+    """`--tensor-split 3,1` as llama.cpp's per-device proportions."""
+    try:
+        out = tuple(float(item) for item in items)
+    except ValueError:
+        raise ConfigError(
+            f"tensor_split: expected numbers like 3,1, got {','.join(items)!r}"
+        ) from None
+    if any(not 0.0 <= v < float("inf") for v in out):
+        raise ConfigError("tensor_split: proportions are numbers of at least 0")
+    return out
 
 
 def _flash_on(value: str) -> bool:
@@ -441,6 +455,46 @@ class Settings:
             " lines (--no-cont-batching changes nothing)."
         ),
         Flag(_COMPAT, commands=frozenset({SERVE}), short="-cb"),
+    ] = True
+    n_gpu_layers: Annotated[
+        int,
+        Field(
+            ge=-1,
+            description="Layers to offload to the GPU; -1: all (a CPU-only build keeps them on"
+            " the CPU, with a note).",
+        ),
+        Flag(_GPU, short="-ngl", aliases=("--gpu-layers",), metavar="N", shown_default="-1 (all)"),
+        Engine("n_gpu_layers"),
+    ] = -1
+    split_mode: Annotated[
+        Literal["none", "layer", "row"],
+        Field(description="How to split the model over several GPUs: none, layer or row."),
+        Flag(_GPU, short="-sm", metavar="none|layer|row"),
+        Engine("split_mode"),
+    ] = "layer"
+    main_gpu: Annotated[
+        int,
+        Field(ge=0, description="The GPU for the whole model with --split-mode none."),
+        Flag(_GPU, short="-mg", metavar="N"),
+        Engine("main_gpu"),
+    ] = 0
+    tensor_split: Annotated[
+        list[str],
+        Field(description="Share of the model per GPU, comma-separated proportions, e.g. 3,1."),
+        Flag(_GPU, short="-ts", metavar="N0,N1,...", shown_default="even"),
+        Engine("tensor_split", convert=_proportions),
+    ] = Field(default_factory=list)
+    mlock: Annotated[
+        bool,
+        Field(description="Keep the model in RAM (no swapping out)."),
+        Flag(_GPU, negatable=False, shown_default="off"),
+        Engine("use_mlock"),
+    ] = False
+    mmap: Annotated[
+        bool,
+        Field(description="Map the model file instead of reading it in (--no-mmap reads it)."),
+        Flag(_GPU),
+        Engine("use_mmap"),
     ] = True
     kv_unified: Annotated[
         bool,

@@ -42,9 +42,11 @@ class llama_batch(ctypes.Structure):
 
 class llama_model_params(ctypes.Structure):
     n_gpu_layers: int
+    split_mode: int
+    load_mode: int
+    main_gpu: int
+    tensor_split: Any
     vocab_only: bool
-    use_mmap: bool
-    use_mlock: bool
 
 class llama_context_params(ctypes.Structure):
     n_ctx: int
@@ -82,6 +84,17 @@ def llama_log_set(log_callback: ctypes._CFunctionType | None, user_data: Any, /)
 
 # model
 def llama_model_default_params() -> llama_model_params: ...
+def llama_max_devices() -> int: ...
+def llama_supports_gpu_offload() -> bool: ...
+
+LLAMA_SPLIT_MODE_NONE: int
+LLAMA_SPLIT_MODE_LAYER: int
+LLAMA_SPLIT_MODE_ROW: int
+LLAMA_LOAD_MODE_NONE: int
+LLAMA_LOAD_MODE_MMAP: int
+LLAMA_LOAD_MODE_MLOCK: int
+LLAMA_LOAD_MODE_MMAP_MLOCK: int
+
 def llama_model_load_from_file(
     path_model: bytes, params: llama_model_params, /
 ) -> llama_model_p | None: ...
