@@ -72,10 +72,16 @@ def engine_config(settings: Settings) -> EngineConfig:
 
 def model_load(settings: Settings) -> ModelLoad:
     """How the model's weights are placed and mapped (-ngl, --split-mode, --mlock, ...)."""
+    from llamactl.config.fields import Weights
     from llamactl.engine.model import ModelLoad
 
-    names = {f.name for f in dataclasses.fields(ModelLoad)}
-    return ModelLoad(**engine_values(settings, names))
+    values: dict[str, Any] = {}
+    for name, info in setting_fields().items():
+        for marker in info.metadata:
+            if isinstance(marker, Weights):
+                value = getattr(settings, name)
+                values[marker.target] = marker.convert(value) if marker.convert else value
+    return ModelLoad(**values)
 
 
 def gpu_note(settings: Settings) -> str | None:

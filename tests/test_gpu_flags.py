@@ -26,6 +26,22 @@ def test_the_flags_become_the_model_load() -> None:
     assert load == ModelLoad(12, "row", 1, (3.0, 1.0), use_mmap=False, use_mlock=True)
 
 
+def test_every_weights_marker_names_a_model_load_field() -> None:
+    import dataclasses
+
+    from llamactl.config import setting_fields
+    from llamactl.config.fields import Weights
+
+    names = {f.name for f in dataclasses.fields(ModelLoad)}
+    targets = {
+        m.target
+        for info in setting_fields().values()
+        for m in info.metadata
+        if isinstance(m, Weights)
+    }
+    assert targets == names
+
+
 def test_the_model_load_becomes_llama_cpps_params() -> None:
     params, keep = model_params(ModelLoad(12, "row", 1, (3.0, 1.0), False, True))
     expected_layers = 12 if gpu_offload_supported() else 0

@@ -64,9 +64,18 @@ def load_chat(settings: Settings, *, n_parallel: int = 1) -> LoadedChat:
 def refuse_decision_model(resolved: ResolvedModel) -> None:
     """A decision model generates no text: refused before loading, as the server's 501 says
     (an empty answer and exit 0 would read as the model having nothing to say)."""
-    from llamactl import NotSupportedError, decision_type_of, not_generating, read_gguf_info
+    from llamactl import (
+        ModelLoadError,
+        NotSupportedError,
+        decision_type_of,
+        not_generating,
+        read_gguf_info,
+    )
 
-    decision_type = decision_type_of(read_gguf_info(resolved.path))
+    try:
+        decision_type = decision_type_of(read_gguf_info(resolved.path))
+    except ModelLoadError:
+        return  # not a GGUF we can read: loading it says why
     if decision_type is not None:
         message = not_generating(resolved.name, decision_type)
         raise NotSupportedError(f"{message}; ask it with `llamactl score`")

@@ -38,6 +38,7 @@ __all__ = [
     "Settings",
     "Source",
     "SourceKind",
+    "Weights",
     "setting_fields",
 ]
 
@@ -90,6 +91,15 @@ class Engine:
     target: str
     convert: Callable[[Any], Any] | None = None
     model_ref: bool = False
+
+
+@dataclass(frozen=True)
+class Weights:
+    """The `ModelLoad` field a setting sets (how llama.cpp places and maps the weights:
+    GPU layers, mmap, mlock); `convert` as for `Engine`."""
+
+    target: str
+    convert: Callable[[Any], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -464,37 +474,37 @@ class Settings:
             " the CPU, with a note).",
         ),
         Flag(_GPU, short="-ngl", aliases=("--gpu-layers",), metavar="N", shown_default="-1 (all)"),
-        Engine("n_gpu_layers"),
+        Weights("n_gpu_layers"),
     ] = -1
     split_mode: Annotated[
         Literal["none", "layer", "row"],
         Field(description="How to split the model over several GPUs: none, layer or row."),
         Flag(_GPU, short="-sm", metavar="none|layer|row"),
-        Engine("split_mode"),
+        Weights("split_mode"),
     ] = "layer"
     main_gpu: Annotated[
         int,
         Field(ge=0, description="The GPU for the whole model with --split-mode none."),
         Flag(_GPU, short="-mg", metavar="N"),
-        Engine("main_gpu"),
+        Weights("main_gpu"),
     ] = 0
     tensor_split: Annotated[
         list[str],
         Field(description="Share of the model per GPU, comma-separated proportions, e.g. 3,1."),
         Flag(_GPU, short="-ts", metavar="N0,N1,...", shown_default="even"),
-        Engine("tensor_split", convert=_proportions),
+        Weights("tensor_split", convert=_proportions),
     ] = Field(default_factory=list)
     mlock: Annotated[
         bool,
         Field(description="Keep the model in RAM (no swapping out)."),
         Flag(_GPU, negatable=False, shown_default="off"),
-        Engine("use_mlock"),
+        Weights("use_mlock"),
     ] = False
     mmap: Annotated[
         bool,
         Field(description="Map the model file instead of reading it in (--no-mmap reads it)."),
         Flag(_GPU),
-        Engine("use_mmap"),
+        Weights("use_mmap"),
     ] = True
     kv_unified: Annotated[
         bool,
