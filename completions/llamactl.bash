@@ -104,7 +104,7 @@ _llamactl() {
             COMPREPLY=()
             return ;;
         "llamactl chat:--split-mode"|"llamactl chat:-sm")
-            COMPREPLY=()
+            COMPREPLY=($(compgen -W "none layer row" -- "$cur"))
             return ;;
         "llamactl chat:--main-gpu"|"llamactl chat:-mg")
             COMPREPLY=()
@@ -113,10 +113,10 @@ _llamactl() {
             COMPREPLY=()
             return ;;
         "llamactl chat:--flash-attn"|"llamactl chat:-fa")
-            COMPREPLY=()
+            COMPREPLY=($(compgen -W "auto on off" -- "$cur"))
             return ;;
         "llamactl chat:--cache-type"|"llamactl chat:-ctk")
-            COMPREPLY=()
+            COMPREPLY=($(compgen -W "auto bf16 f16 q8_0" -- "$cur"))
             return ;;
         "llamactl chat:--cache-ram"|"llamactl chat:-cram")
             COMPREPLY=()
@@ -134,7 +134,7 @@ _llamactl() {
             COMPREPLY=()
             return ;;
         "llamactl chat:--spec-type")
-            COMPREPLY=()
+            COMPREPLY=($(compgen -W "ngram-simple ngram-cache draft-simple" -- "$cur"))
             return ;;
         "llamactl chat:--model-draft"|"llamactl chat:-md")
             COMPREPLY=()
@@ -293,7 +293,7 @@ _llamactl() {
             COMPREPLY=()
             return ;;
         "llamactl serve:--pooling")
-            COMPREPLY=()
+            COMPREPLY=($(compgen -W "none mean cls last rank" -- "$cur"))
             return ;;
         "llamactl serve:--embd-normalize")
             COMPREPLY=()
@@ -305,7 +305,7 @@ _llamactl() {
             COMPREPLY=()
             return ;;
         "llamactl serve:--split-mode"|"llamactl serve:-sm")
-            COMPREPLY=()
+            COMPREPLY=($(compgen -W "none layer row" -- "$cur"))
             return ;;
         "llamactl serve:--main-gpu"|"llamactl serve:-mg")
             COMPREPLY=()
@@ -314,10 +314,10 @@ _llamactl() {
             COMPREPLY=()
             return ;;
         "llamactl serve:--flash-attn"|"llamactl serve:-fa")
-            COMPREPLY=()
+            COMPREPLY=($(compgen -W "auto on off" -- "$cur"))
             return ;;
         "llamactl serve:--cache-type"|"llamactl serve:-ctk")
-            COMPREPLY=()
+            COMPREPLY=($(compgen -W "auto bf16 f16 q8_0" -- "$cur"))
             return ;;
         "llamactl serve:--cache-ram"|"llamactl serve:-cram")
             COMPREPLY=()
@@ -341,7 +341,7 @@ _llamactl() {
             COMPREPLY=()
             return ;;
         "llamactl serve:--spec-type")
-            COMPREPLY=()
+            COMPREPLY=($(compgen -W "ngram-simple ngram-cache draft-simple" -- "$cur"))
             return ;;
         "llamactl serve:--model-draft"|"llamactl serve:-md")
             COMPREPLY=()
@@ -368,13 +368,13 @@ _llamactl() {
             COMPREPLY=()
             return ;;
         "llamactl serve:--reasoning"|"llamactl serve:-rea")
-            COMPREPLY=()
+            COMPREPLY=($(compgen -W "on off auto" -- "$cur"))
             return ;;
         "llamactl serve:--reasoning-budget")
             COMPREPLY=()
             return ;;
         "llamactl serve:--reasoning-format")
-            COMPREPLY=()
+            COMPREPLY=($(compgen -W "auto none deepseek deepseek-legacy" -- "$cur"))
             return ;;
         "llamactl serve:--chat-template-kwargs")
             COMPREPLY=()
