@@ -108,3 +108,16 @@ def test_chat_answers_the_same_with_no_mmap_and_mlock() -> None:
     loaded = CliRunner().invoke(app, [*base, "--no-mmap", "--mlock"])
     assert plain.exit_code == 0 and loaded.exit_code == 0, loaded.output
     assert plain.stdout.split('"usage"')[0] == loaded.stdout.split('"usage"')[0]
+
+
+@pytest.mark.slow
+def test_a_failed_load_is_one_error_line_with_llama_cpps_reason(tmp_path) -> None:
+    """llama.cpp's own error lines are not printed before the `Error:` line: its reason is
+    in it."""
+    bad = tmp_path / "notes.gguf"
+    bad.write_text("not a model")
+    result = CliRunner().invoke(app, ["chat", "-m", str(bad), "hi"])
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert "invalid magic characters" in lines[0]

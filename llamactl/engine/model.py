@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ import llama_cpp
 from llamactl.core.decision_keys import has_decision_type
 from llamactl.core.errors import ModelLoadError
 
-from ._backend import ensure_backend, vocab_of
+from ._backend import ensure_backend, held_errors, vocab_of
 from .tokenize_chunks import CHUNK_CHARS, SpecialCuts
 
 
@@ -102,6 +103,21 @@ def model_params(
     return params, split
 
 
+def _load_failure(errors: list[str]) -> str:
+    """llama.cpp's reason for a failed load, from its error lines (`gguf_init_from_reader:
+    invalid magic characters...`, `... error loading model: REASON`), or a guess when it
+    said nothing useful."""
+    for line in errors:
+        if "failed to load model" in line:
+            continue  # the generic lines every failure ends with
+        _, found, reason = line.partition("error loading model: ")
+        if not found:
+            reason = line.partition(": ")[2] or line
+        if reason.strip():
+            return reason.strip()
+    return "not a GGUF file, or an architecture this llama.cpp does not know"
+
+
 class Model:
     """A GGUF file loaded with llama.cpp (weights mapped, not copied, unless `load` says)."""
 
@@ -118,12 +134,15 @@ class Model:
             raise ModelLoadError(f"model file not found: {self.path}")
         self.load = load or ModelLoad(n_gpu_layers=0)
         params, _split = model_params(self.load, vocab_only=vocab_only)
-        handle = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
+        with held_errors() as errors:
+            handle = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
         if not handle:
             raise ModelLoadError(
-                f"llama.cpp could not load {self.path} (not a GGUF file, or an architecture "
-                "this llama.cpp does not know; run with LLAMACTL_LLAMA_LOG=1 for details)"
+                f"llama.cpp could not load {self.path}: {_load_failure(errors)} (run with "
+                "LLAMACTL_LLAMA_LOG=1 for llama.cpp's log)"
             )
+        for line in errors:  # loaded after all: what llama.cpp complained of is worth a look
+            logging.getLogger("llamactl.llama_cpp").error("%s", line)
         self._handle: llama_cpp.llama_model_p | None = handle
         self._vocab = vocab_of(handle)
         self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
