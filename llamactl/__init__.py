@@ -21,16 +21,18 @@ from llamactl.core.lazy import lazy_exports  # noqa: E402
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "llamactl.core.errors": tuple(_errors.__all__),
     "llamactl.core.gguf_info": ("GGUFInfo", "read_gguf_info"),
+    "llamactl.core.repetition": ("REPEATING_NOTE", "RepetitionGuard"),
     "llamactl.engine": tuple(_engine.__all__),
 }
 
 if TYPE_CHECKING:
     from llamactl.core.errors import *  # noqa: F403
     from llamactl.core.gguf_info import GGUFInfo, read_gguf_info
+    from llamactl.core.repetition import REPEATING_NOTE, RepetitionGuard
     from llamactl.engine import *  # noqa: F403
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
-__all__ = ["GGUFInfo", "read_gguf_info"]
+__all__ = ["REPEATING_NOTE", "GGUFInfo", "RepetitionGuard", "read_gguf_info"]
 __all__ += _errors.__all__
 __all__ += _engine.__all__

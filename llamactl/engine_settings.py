@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from llamactl.engine.decision import DecisionConfig
     from llamactl.engine.engine import Engine as ChatEngine
     from llamactl.engine.engine import EngineConfig
+    from llamactl.engine.model import ModelLoad
 
 __all__ = [
     "chat_template",
@@ -29,6 +30,8 @@ __all__ = [
     "decision_config",
     "engine_config",
     "engine_values",
+    "gpu_note",
+    "model_load",
     "open_engine",
     "sampling_defaults",
 ]
@@ -67,6 +70,39 @@ def engine_config(settings: Settings) -> EngineConfig:
     return EngineConfig(**engine_values(settings, names))
 
 
+def model_load(settings: Settings) -> ModelLoad:
+    """How the model's weights are placed and mapped (-ngl, --split-mode, --mlock, ...)."""
+    from llamactl.config.fields import Weights
+    from llamactl.engine.model import ModelLoad
+
+    values: dict[str, Any] = {}
+    for name, info in setting_fields().items():
+        for marker in info.metadata:
+            if isinstance(marker, Weights):
+                value = getattr(settings, name)
+                values[marker.target] = marker.convert(value) if marker.convert else value
+    return ModelLoad(**values)
+
+
+def gpu_note(settings: Settings) -> str | None:
+    """The one line a CPU-only build prints when GPU flags were given: accepted, no effect."""
+    given = [
+        name
+        for name in ("n_gpu_layers", "split_mode", "main_gpu", "tensor_split")
+        if settings.sources.get(name) is not None and settings.sources[name].kind != "default"
+    ]
+    if not given:
+        return None
+    from llamactl.engine.model import gpu_offload_supported
+
+    if gpu_offload_supported():
+        return None
+    return (
+        "note: this llama-cpp-python has no GPU backend, so the model stays on the CPU "
+        "(-ngl/--split-mode/--main-gpu/--tensor-split change nothing; docs/serve.md, GPUs)"
+    )
+
+
 def decision_config(settings: Settings) -> DecisionConfig:
     """A decision engine's config: the same settings, where DecisionConfig has the field."""
     from llamactl.engine.decision import DecisionConfig
@@ -82,6 +118,12 @@ def sampling_defaults(settings: Settings) -> SamplingParams:
         top_p=settings.top_p,
         top_k=settings.top_k,
         min_p=settings.min_p,
+        repeat_penalty=settings.repeat_penalty,
+        repeat_last_n=settings.repeat_last_n,
+        dry_multiplier=settings.dry_multiplier,
+        dry_base=settings.dry_base,
+        dry_allowed_length=settings.dry_allowed_length,
+        dry_penalty_last_n=settings.dry_penalty_last_n,
         seed=settings.seed,
     )
 
@@ -123,7 +165,7 @@ def open_engine(settings: Settings, model_path: Path) -> ChatEngine:
     from llamactl.engine.engine import Engine as ChatEngine
     from llamactl.engine.model import Model
 
-    model = Model(model_path)
+    model = Model(model_path, load=model_load(settings))
     try:
         return ChatEngine(model, engine_config(settings))
     except BaseException:

@@ -97,7 +97,32 @@ def _value_kind(param: Any) -> tuple[str, list[str]]:
             return ("dir" if dirs_only else "file"), []
     if "PATH" in (param.metavar or ""):
         return "file", []
+    choices = _setting_choices(param.name or "")
+    if choices:
+        return "choice", choices
     return "none", []
+
+
+def _setting_choices(name: str) -> list[str]:
+    """A setting's values, for the settings options that arrive as text (load_settings checks
+    them): a Literal's members, or the speculators' names for --spec-type."""
+    import typing
+
+    from llamactl.config import setting_fields
+
+    info = setting_fields().get(name)
+    if info is None:
+        return []
+    if name == "spec_type":
+        from llamactl.engine.speculative import SPEC_TYPES
+
+        return list(SPEC_TYPES)
+    hint = info.annotation
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    literal = next((a for a in args if typing.get_origin(a) is typing.Literal), None)
+    if literal is None and typing.get_origin(hint) is typing.Literal:
+        literal = hint
+    return [str(v) for v in typing.get_args(literal)] if literal is not None else []
 
 
 def _command(cmd: Any, path: list[str], parent_ctx: Any | None) -> Cmd:

@@ -123,7 +123,8 @@ def sampling_params(
     limits.check_logit_bias(len(logit_bias or ()), model.n_vocab)
     bias = logit_biases(model, logit_bias)
     defaults = sampling_defaults(s)
-    return SamplingParams(
+    return dataclasses.replace(
+        defaults,
         temperature=defaults.temperature if temperature is None else temperature,
         top_p=defaults.top_p if top_p is None else top_p,
         top_k=defaults.top_k if top_k is None else top_k,
@@ -131,7 +132,7 @@ def sampling_params(
         seed=defaults.seed if seed is None else seed % SEED_SPACE,
         presence_penalty=presence_penalty or 0.0,
         frequency_penalty=frequency_penalty or 0.0,
-        repeat_penalty=repeat_penalty or 1.0,
+        repeat_penalty=defaults.repeat_penalty if repeat_penalty is None else repeat_penalty,
         logit_bias=bias,
         grammar=grammar,
     )

@@ -33,7 +33,7 @@ from llamactl import (
     read_gguf_info,
 )
 from llamactl.config import Settings
-from llamactl.engine_settings import chat_template, decision_config, open_engine
+from llamactl.engine_settings import chat_template, decision_config, model_load, open_engine
 
 __all__ = [
     "Loaded",
@@ -125,7 +125,7 @@ def load_chat(
 def load_embedder_only(settings: Settings, model_path: Path) -> Loaded:
     """An encoder model (`is_encoder_model`) with --embedding or --rerank: its embedding
     context and nothing else (llama-server serves such a model the same way)."""
-    model = Model(model_path)
+    model = Model(model_path, load=model_load(settings))
     try:
         n_ctx = settings.n_ctx or min(model.info.n_ctx_train, 4096)
         ranks = settings.rerank and _rank_head(model)

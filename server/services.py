@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from llamactl import NotSupportedError
+from llamactl import NotSupportedError, not_generating
 
 __all__ = ["NOT_A_DECISION_MODEL", "not_generating", "not_supported", "require"]
 
@@ -29,13 +29,3 @@ def require(service: T | None, refusal: str) -> T:
     if service is None:
         raise not_supported(refusal)
     return service
-
-
-def not_generating(model_id: str, decision_type: str | None) -> str:
-    """Why text generation is refused: a decision model names the endpoints it answers."""
-    if decision_type is None:
-        return f"'{model_id}' does not generate text"
-    return (
-        f"'{model_id}' is a decision model ({decision_type}): it answers "
-        "POST /v1/systemone and POST /v1/decisions and does not generate text"
-    )

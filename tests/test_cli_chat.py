@@ -374,3 +374,12 @@ def test_conversation_keeps_history_without_reasoning() -> None:
 )
 def test_join_prompt(piped: str | None, prompt: str | None, expected: str | None) -> None:
     assert join_prompt(piped, prompt) == expected
+
+
+@pytest.mark.parametrize("command", ["chat", "serve", "tts", "transcribe", "score", "tui"])
+def test_help_shows_switches_without_a_value(command: str) -> None:
+    """A switch is shown bare (`--json`), not `--json <bool>`, which reads as taking a value."""
+    result = invoke(command, "--help", env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "<bool>" not in result.stdout
+    assert "--help" in result.stdout

@@ -234,3 +234,62 @@ def test_no_color_is_honoured(terminal_env: dict[str, str]) -> None:
         assert not re.search(r"\x1b\[[0-9;]*m", term.raw.decode("utf-8", "replace"))
     finally:
         term.close()
+
+
+# ------------------------------------------- answers taller than the terminal
+STORY = "Write a long story about a dragon and a knight."
+SMALL = {"rows": 10, "cols": 80}
+
+
+def scrollback(term: Terminal, rows: int, cols: int) -> list[str]:
+    """What a person can scroll back through: the lines pushed off the top, then the screen,
+    as a VT100 draws the bytes the child wrote."""
+    import pyte
+
+    screen = pyte.HistoryScreen(cols, rows, history=100_000)
+    pyte.ByteStream(screen).feed(term.raw)
+    above = ["".join(line[x].data for x in range(cols)).rstrip() for line in screen.history.top]
+    return above + [line.rstrip() for line in screen.display]
+
+
+def assert_printed_once(lines: list[str]) -> None:
+    """The answer's first lines appear once each, whole or in part: no redraw of the live
+    preview leaked into the scrollback (the story is far taller than the terminal)."""
+    text = [line for line in lines if line.strip()]
+    starts = [i for i, line in enumerate(text) if "Once upon a time".startswith(line[:16])]
+    assert len(starts) == 1, "\n".join(lines)
+    answer = text[starts[0] :]
+    assert len(answer) > SMALL["rows"] + 5, "\n".join(lines)  # taller than the terminal
+    for line in answer[:5]:
+        assert sum(other.startswith(line[:20]) for other in text) == 1, "\n".join(lines)
+
+
+# LINES and COLUMNS left over from a larger window (a resize) must not be believed
+STALE_SIZE = {"LINES": "40", "COLUMNS": "120"}
+
+
+@pytest.mark.parametrize("env", [{}, STALE_SIZE], ids=["size", "stale-LINES-COLUMNS"])
+def test_a_tall_one_shot_answer_is_printed_once(terminal_env: dict[str, str], env) -> None:
+    args = ["chat", STORY, "-t", "0", "-n", "300"]
+    term = Terminal(args, {**terminal_env, **env}, **SMALL)
+    try:
+        assert term.wait() == 0
+        assert_printed_once(scrollback(term, **SMALL))
+    finally:
+        term.close()
+
+
+def test_a_tall_repl_answer_is_printed_once(isolated_dirs: object) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "LINES")}
+    term = Terminal(
+        ["chat", "-t", "0", "-n", "300"], {**env, "TERM": "xterm-256color", **STALE_SIZE}, **SMALL
+    )
+    try:
+        term.expect("Chatting with SmolLM2")
+        term.line(STORY)
+        term.answer()
+        term.send("\x04")
+        assert term.wait() == 0
+        assert_printed_once(scrollback(term, **SMALL))
+    finally:
+        term.close()

@@ -154,3 +154,14 @@ def test_errors_exit_1(models):
     )
     assert result.exit_code == 1
     assert "questions.a: too many options (60), this model supports at most 52" in result.stderr
+
+
+def test_chat_refuses_a_decision_model_with_the_servers_message(models):
+    """A decision model generates no text: `chat` says so and exits 1 (not an empty answer
+    and 0), in the words of the server's 501."""
+    for args in (["hi"], ["hi", "--json"]):
+        result = CliRunner().invoke(app, ["chat", "-m", str(models / "openjev.gguf"), *args])
+        assert result.exit_code == 1, result.output
+        assert result.stdout == ""
+        assert "is a decision model" in result.stderr
+        assert "does not generate text" in result.stderr and "llamactl score" in result.stderr

@@ -127,6 +127,14 @@ def test_bash_completes_values() -> None:
     assert bash_complete("chat", "--system", "models", "--j") == ["--json"]
 
 
+def test_bash_completes_the_values_a_setting_takes() -> None:
+    """Settings options arrive as text (load_settings checks them); their values complete."""
+    assert bash_complete("chat", "--cache-type", "") == ["auto", "bf16", "f16", "q8_0"]
+    assert bash_complete("serve", "-fa", "o") == ["on", "off"]
+    assert bash_complete("serve", "--split-mode", "") == ["none", "layer", "row"]
+    assert bash_complete("serve", "--spec-type", "ngram") == ["ngram-simple", "ngram-cache"]
+
+
 # -------------------------------------------------------------- zsh, fish
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
 def test_zsh_script_parses() -> None:

@@ -22,7 +22,7 @@ from llamactl.engine_settings import decision_config, engine_config, sampling_de
 
 
 class FakeModel:
-    def __init__(self, path) -> None:
+    def __init__(self, path, **load) -> None:
         self.path = Path(path)
         self.info = SimpleNamespace(n_ctx_train=131072, capabilities=())
 

@@ -186,3 +186,34 @@ def test_missing_file_and_silence(tmp_path):
     quiet.write_bytes(wav_bytes(silence(2.0, 16000), 16000))
     result = run(str(quiet), "--json")
     assert result.exit_code == 0 and result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "devices",
+    [
+        [],
+        [
+            {
+                "index": 3,
+                "name": "USB mic",
+                "channels": 1,
+                "default_rate": 48000.0,
+                "is_default": True,
+            }
+        ],
+    ],
+)
+def test_transcribe_and_tui_list_devices_alike(monkeypatch, devices):
+    """One listing and one exit code for `--list-devices` whichever command records; none
+    found is an answer (exit 0, a note on stderr), not a failure."""
+    import llamactl.devices
+
+    monkeypatch.setattr(llamactl.devices, "input_devices", lambda: devices)
+    results = [CliRunner().invoke(app, [cmd, "--list-devices"]) for cmd in ("transcribe", "tui")]
+    for result in results:
+        assert result.exit_code == 0, result.output
+    assert results[0].stdout == results[1].stdout and results[0].stderr == results[1].stderr
+    if devices:
+        assert "USB mic" in results[0].stdout and results[0].stdout.startswith("*")
+    else:
+        assert results[0].stdout == "" and "No input devices found." in results[0].stderr

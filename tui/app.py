@@ -19,7 +19,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Input
 
-from llamactl import AudioDeviceError, ConnectionClosedError, RealtimeClientError
+from llamactl import AudioDeviceError, ConnectionClosedError, RealtimeClientError, RepetitionGuard
 from llamactl.devices import Player, input_devices, open_player
 from llamactl.realtime.client import RealtimeClient, session_config
 
@@ -128,6 +128,9 @@ class ChatApp(App[None]):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._user_lines: dict[str, ChatLine] = {}
         self._answer_lines: dict[str, ChatLine] = {}
+        # the loop guard, per response; the responses it stopped
+        self._guards: dict[str, RepetitionGuard] = {}
+        self._repeating: set[str] = set()
         self._answer_kind: dict[str, bool] = {}  # response id -> spoken transcript or text
         self._waiting_source = False
         self._turn_end: float | None = None
@@ -413,7 +416,15 @@ class ChatApp(App[None]):
         if line is not None:
             line.append(event.delta)
             self.history.scroll_end(animate=False)
+            self._guard(event.response_id or self.response_id or "?", event.delta)
         self.set_state("answering")
+
+    def _guard(self, key: str, delta: str) -> None:
+        """Stop an answer caught in a repetition, as Esc would, and say why."""
+        guard = self._guards.setdefault(key, RepetitionGuard())
+        if key not in self._repeating and guard.feed(delta):
+            self._repeating.add(key)
+            self._barge_in()
 
     def _on_AnswerDone(self, event: ev.AnswerDone) -> None:
         line = self._answer_line(event)
@@ -428,7 +439,12 @@ class ChatApp(App[None]):
     def _on_ResponseFinished(self, event: ev.ResponseFinished) -> None:
         key = event.response_id or self.response_id or "?"
         line = self._answer_lines.get(key)
-        if event.status == "cancelled":
+        self._guards.pop(key, None)
+        if key in self._repeating:
+            self._repeating.discard(key)
+            if line is not None:
+                line.set_text(line.text, partial=False, note="stopped: repeating")
+        elif event.status == "cancelled":
             if line is not None:
                 line.set_text(line.text, partial=False, note="interrupted")
         elif event.status in ("failed", "incomplete"):

@@ -52,12 +52,33 @@ def load_chat(settings: Settings, *, n_parallel: int = 1) -> LoadedChat:
     """
     settings = dataclasses.replace(settings, parallel=n_parallel)
     resolved = resolve_model(settings)
+    refuse_decision_model(resolved)
     size = human_size(resolved.path.stat().st_size)
     message = f"Loading model {resolved.name} ({size})…"
     if is_tty(sys.stderr):
         with stderr_console().status(message, spinner="dots"):
             return _load(settings, resolved)
     return _load(settings, resolved)
+
+
+def refuse_decision_model(resolved: ResolvedModel) -> None:
+    """A decision model generates no text: refused before loading, as the server's 501 says
+    (an empty answer and exit 0 would read as the model having nothing to say)."""
+    from llamactl import (
+        ModelLoadError,
+        NotSupportedError,
+        decision_type_of,
+        not_generating,
+        read_gguf_info,
+    )
+
+    try:
+        decision_type = decision_type_of(read_gguf_info(resolved.path))
+    except ModelLoadError:
+        return  # not a GGUF we can read: loading it says why
+    if decision_type is not None:
+        message = not_generating(resolved.name, decision_type)
+        raise NotSupportedError(f"{message}; ask it with `llamactl score`")
 
 
 def _load(settings: Settings, resolved: ResolvedModel) -> LoadedChat:

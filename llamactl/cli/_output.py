@@ -6,10 +6,11 @@ NO_COLOR is set (https://no-color.org), so pipes, files and CI logs get plain te
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn, Protocol, TextIO
+from typing import IO, NoReturn, Protocol, TextIO
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.live import Live
@@ -18,7 +19,7 @@ from rich.segment import Segment
 from rich.spinner import Spinner
 from rich.text import Text
 
-from llamactl import UsageError
+from llamactl import REPEATING_NOTE, UsageError
 
 
 def no_color_requested() -> bool:
@@ -38,14 +39,27 @@ def color_enabled(stream: TextIO) -> bool:
     return is_tty(stream) and not no_color_requested()
 
 
+def terminal_size(stream: IO[str]) -> os.terminal_size | None:
+    """The size of the terminal `stream` writes to, asked of the terminal itself: LINES and
+    COLUMNS go stale when a window is resized, and a live view drawn for a taller terminal
+    than the real one scrolls its first lines into the scrollback, to be printed again."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+    return size if size.lines > 0 and size.columns > 0 else None
+
+
 def make_console(stream: TextIO) -> Console:
     """A rich Console bound to `stream` as it is now (tests swap sys.stdout per run)."""
     tty = is_tty(stream)
+    size = terminal_size(stream) if tty else None
     return Console(
         file=stream,
         force_terminal=tty,
         # in a pipe, keep lines whole for grep and awk instead of wrapping at 80 columns
-        width=None if tty or os.environ.get("COLUMNS") else 1000,
+        width=size.columns if size else None if tty or os.environ.get("COLUMNS") else 1000,
+        height=size.lines if size else None,
         no_color=not color_enabled(stream),
         color_system="auto" if color_enabled(stream) else None,
         highlight=False,
@@ -67,6 +81,12 @@ def print_error(message: str) -> None:
     stderr_console().print(line, soft_wrap=True, markup=False)
 
 
+def print_note(message: str | None) -> None:
+    """One dim line on stderr (nothing for None): something worth knowing, not an error."""
+    if message:
+        stderr_console().print(Text(message, style="dim"), soft_wrap=True, markup=False)
+
+
 def usage_error(message: str) -> NoReturn:
     """A command line the command cannot run: the group prints it and exits 2, as click does
     for its own usage errors."""
@@ -86,12 +106,14 @@ def human_size(n_bytes: int) -> str:
 # ---------------------------------------------------------- answer views
 class AnswerView(Protocol):
     """Draws one answer while it streams; `close` gets the whole answer and runs even when
-    the stream failed or was interrupted."""
+    the stream failed or was interrupted (`repeating`: the loop guard stopped it)."""
 
     def start(self) -> None: ...
     def reasoning(self, text: str) -> None: ...
     def content(self, text: str) -> None: ...
-    def close(self, content: str, reasoning: str, interrupted: bool) -> None: ...
+    def close(
+        self, content: str, reasoning: str, interrupted: bool, repeating: bool = False
+    ) -> None: ...
 
 
 class NullView:
@@ -106,7 +128,9 @@ class NullView:
     def content(self, text: str) -> None:
         pass
 
-    def close(self, content: str, reasoning: str, interrupted: bool) -> None:
+    def close(
+        self, content: str, reasoning: str, interrupted: bool, repeating: bool = False
+    ) -> None:
         pass
 
 
@@ -137,7 +161,9 @@ class PlainView:
         self.out.write(text)
         self.out.flush()
 
-    def close(self, content: str, reasoning: str, interrupted: bool) -> None:
+    def close(
+        self, content: str, reasoning: str, interrupted: bool, repeating: bool = False
+    ) -> None:
         if self._reasoned and not reasoning.endswith("\n"):
             self.err.write("\n")
         if self._started and not content.endswith("\n"):
@@ -145,19 +171,29 @@ class PlainView:
         self.out.flush()
         if interrupted:
             self.err.write("[interrupted]\n")
+        if repeating:
+            self.err.write(REPEATING_NOTE + "\n")
         self.err.flush()
 
 
 class _Tail:
     """Renders only the last lines of something, so a live answer taller than the terminal
-    shows its newest text instead of being cut at the bottom."""
+    shows its newest text instead of being cut at the bottom.
+
+    The live region must stay shorter than the terminal: a line that scrolls off its top
+    cannot be erased, and is in the scrollback twice once the answer is printed. So the
+    size is asked of the terminal at each refresh (the window may have been resized)."""
 
     def __init__(self, build: Callable[[], RenderableType]) -> None:
         self.build = build
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        lines = console.render_lines(self.build(), options, pad=False)
-        keep = max(1, console.height - 1)
+        size = terminal_size(console.file)
+        rows, width = console.height, options.max_width
+        if size is not None:
+            rows, width = min(rows, size.lines), min(width, size.columns)
+        lines = console.render_lines(self.build(), options.update_width(width), pad=False)
+        keep = max(1, rows - 1)
         for line in lines[-keep:]:
             yield from line
             yield Segment.line()
@@ -205,10 +241,14 @@ class RichView:
         parts = self._parts(self._reasoning, self._content)
         return Group(*parts) if parts else self._spinner
 
-    def close(self, content: str, reasoning: str, interrupted: bool) -> None:
+    def close(
+        self, content: str, reasoning: str, interrupted: bool, repeating: bool = False
+    ) -> None:
         self._live.stop()
         parts = self._parts(reasoning, content)
         if interrupted:
             parts.append(Text("[interrupted]", style="dim"))
+        if repeating:
+            parts.append(Text(REPEATING_NOTE, style="dim"))
         if parts:
             self.console.print(Group(*parts))

@@ -7,6 +7,7 @@ view (rich Markdown at a terminal, plain text in a pipe) or collected for `--jso
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -25,6 +26,7 @@ from llamactl import (
     Done,
     LlamactlError,
     ReasoningDelta,
+    RepetitionGuard,
     SamplingParams,
 )
 from llamactl.cli._output import (
@@ -35,6 +37,7 @@ from llamactl.cli._output import (
     color_enabled,
     is_tty,
     print_error,
+    print_note,
     stderr_console,
     stdout_console,
     usage_error,
@@ -42,7 +45,8 @@ from llamactl.cli._output import (
 from llamactl.cli._settings_options import settings_options
 from llamactl.config import Settings, load_settings
 from llamactl.config.fields import CHAT
-from llamactl.engine_settings import sampling_defaults
+from llamactl.config.interactive import INTERACTIVE, interactive_settings
+from llamactl.engine_settings import gpu_note, sampling_defaults
 
 if TYPE_CHECKING:
     from llamactl import ChatStream
@@ -55,7 +59,12 @@ With no PROMPT at a terminal, starts an interactive chat that remembers the conv
 With a PROMPT, or text piped on stdin, answers once and exits (piped text comes first,
 then PROMPT). Answers stream as they are written and are shown as Markdown once complete;
 in a pipe, or with NO_COLOR set, output is plain text.
-"""
+
+Defaults for reading, not for programs (`serve` keeps llama-server's): an answer stops after
+{max_tokens} tokens (--max-tokens -1: no limit), repetition is penalised (--repeat-penalty
+{repeat_penalty:g}, --dry-multiplier {dry_multiplier:g}; 1 and 0 turn them off), and an answer
+caught repeating itself is stopped with a note, [stopped: repeating].
+""".format(**dataclasses.asdict(INTERACTIVE))
 
 EPILOG = """**Examples**
 
@@ -111,7 +120,8 @@ def chat_command(
         ),
     ] = False,
 ) -> None:
-    settings = load_settings(overrides)
+    settings = interactive_settings(load_settings(overrides))
+    print_note(gpu_note(settings))
     question = join_prompt(read_piped_stdin(), prompt)
     if question is None:
         if not is_tty(sys.stdin):
@@ -196,6 +206,7 @@ class TurnOptions:
     max_tokens: int | None
     show_timings: bool = False
     show_reasoning: bool = True
+    loop_guard: bool = True  # stop an answer caught in a repetition (`[stopped: repeating]`)
 
     @classmethod
     def from_settings(cls, s: Settings, show_timings: bool, hide_reasoning: bool) -> TurnOptions:
@@ -208,6 +219,7 @@ class Answer:
     reasoning: str = ""
     done: Done | None = None
     interrupted: bool = False
+    repeating: bool = False  # the loop guard stopped it
 
 
 # ---------------------------------------------------------------- one turn
@@ -226,11 +238,11 @@ def ask(
 ) -> Answer:
     """One turn of the conversation, drawn by `view`.
 
-    A complete answer joins the conversation; an interrupted one does not, so the next
-    question is not asked in the shadow of half a sentence.
+    A complete answer joins the conversation; an interrupted or looping one does not, so the
+    next question is not asked in the shadow of half a sentence (or of the loop).
     """
     answer = stream_answer(loaded, history.messages_for(question), options, view)
-    if not answer.interrupted:
+    if not (answer.interrupted or answer.repeating):
         history.add(question, answer.content.strip())
     if options.show_timings and answer.done is not None:
         print_timings(answer.done)
@@ -240,28 +252,37 @@ def ask(
 def stream_answer(
     loaded: LoadedChat, messages: list[dict[str, str]], options: TurnOptions, view: AnswerView
 ) -> Answer:
-    """Run one request into `view`; Ctrl-C stops it and the partial answer is returned."""
+    """Run one request into `view`; Ctrl-C stops it and the partial answer is returned, and
+    so does the loop guard when the reasoning or the answer starts repeating itself."""
     answer = Answer()
     stream: ChatStream | None = None
+    guards = (RepetitionGuard(), RepetitionGuard())  # reasoning, content
     view.start()
     try:
         try:
             stream = start_stream(loaded, messages, options)
             for event in stream:
+                looping = False
                 if isinstance(event, ReasoningDelta):
                     answer.reasoning += event.text
                     view.reasoning(event.text)
+                    looping = guards[0].feed(event.text)
                 elif isinstance(event, ContentDelta):
                     answer.content += event.text
                     view.content(event.text)
+                    looping = guards[1].feed(event.text)
                 elif isinstance(event, Done):  # the chat command offers no tools
                     answer.done = event
+                if looping and options.loop_guard:
+                    answer.repeating = True
+                    answer.done = stop_stream(stream)
+                    break
         except KeyboardInterrupt:
             answer.interrupted = True
             if stream is not None:
                 answer.done = stop_stream(stream)
     finally:
-        view.close(answer.content, answer.reasoning, answer.interrupted)
+        view.close(answer.content, answer.reasoning, answer.interrupted, answer.repeating)
     return answer
 
 
@@ -317,7 +338,9 @@ def answer_dict(answer: Answer, model_name: str) -> dict[str, Any]:
     return {
         "text": answer.content.strip(),
         "reasoning": answer.reasoning.strip(),
-        "finish_reason": done.finish_reason if done else "cancelled",
+        "finish_reason": "repeating"
+        if answer.repeating
+        else (done.finish_reason if done else "cancelled"),
         "usage": {
             "prompt_tokens": usage.prompt_tokens if usage else 0,
             "completion_tokens": usage.completion_tokens if usage else 0,

@@ -12,7 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 from llamactl import EXIT_FAILURE, LlamactlError
 from llamactl.cli import (
@@ -33,6 +33,21 @@ if TYPE_CHECKING:  # typer vendors click; a group is invoked with click's Contex
     from typer._click import Context as ClickContext
 
 DEBUG_ENV = "LLAMACTL_DEBUG"
+
+
+def _switches_show_no_value() -> None:
+    """`--help` lists a switch (`--json`, `--kv-unified/--no-kv-unified`) without `<bool>`:
+    the type column reads as a value to pass, and `chat --json true` then sent "true" as the
+    prompt. Typer prints a type for every option; a flag takes none."""
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_switches_show_no_value()
 
 
 class LlamactlGroup(TyperGroup):

@@ -23,6 +23,7 @@ import numpy as np
 import typer
 
 from llamactl import EXIT_INTERRUPTED, LlamactlError
+from llamactl.cli._devices import print_input_devices
 from llamactl.cli._output import color_enabled, is_tty, print_error
 from llamactl.cli._settings_options import setting_help
 
@@ -155,7 +156,7 @@ def transcribe_command(
     ] = False,
 ) -> None:
     if list_devices:
-        _print_devices()
+        print_input_devices()
         return
     if mic and source is not None:
         raise typer.BadParameter("give either FILE or --mic, not both")
@@ -242,21 +243,6 @@ def _stdin_blocks(rate: int, stop: threading.Event) -> Iterator[np.ndarray]:
         left = data[cut:]
         if cut:
             yield np.frombuffer(data[:cut], dtype="<i2")
-
-
-def _print_devices() -> None:
-    from llamactl.devices import input_devices
-
-    devices = input_devices()
-    if not devices:
-        typer.echo("No input devices found.")
-        return
-    for dev in devices:
-        mark = "*" if dev["is_default"] else " "
-        typer.echo(
-            f"{mark} {dev['index']:>3}  {dev['name']}  "
-            f"({dev['channels']} ch, {dev['default_rate']} Hz)"
-        )
 
 
 # -------------------------------------------------------------------- output

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from llamactl import LlamactlError
+from llamactl.cli._devices import print_input_devices
 from llamactl.cli._output import stderr_console
 
 HELP = """Talk with a model: speak or type, read and hear the answer, skip its reasoning.
@@ -82,7 +83,7 @@ def tui_command(
 ) -> None:
     """Run the TUI; the local server (if any) is stopped however the app ends."""
     if list_devices:
-        _print_devices()
+        print_input_devices()
         return
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise LlamactlError("llamactl tui needs a terminal (stdin and stdout must be a TTY)")
@@ -126,24 +127,16 @@ def _source_factory(audio_file: Path | None):
 
 def _start_local_server(model: str | None, api_key: str | None):
     from llamactl.config import load_settings
+    from llamactl.config.interactive import interactive_settings
     from llamactl.models import resolve_model
     from llamactl.tui.local_server import LocalServer, log_path
 
-    settings = load_settings({"model": model, "api_key": [api_key] if api_key else None})
+    settings = interactive_settings(
+        load_settings({"model": model, "api_key": [api_key] if api_key else None})
+    )
     resolved = resolve_model(settings)
     server = LocalServer(settings, model_path=resolved.path)
     console = stderr_console()
     with console.status(f"Starting a local server with {resolved.name} (log: {log_path()})…"):
         url = server.start()
     return server, url
-
-
-def _print_devices() -> None:
-    from llamactl.devices import input_devices
-
-    devices = input_devices()
-    if not devices:
-        raise LlamactlError("no input devices were found")
-    for dev in devices:
-        mark = "  (default)" if dev["is_default"] else ""
-        typer.echo(f"{dev['index']:>3}  {dev['name']}  {dev['default_rate']} Hz{mark}")

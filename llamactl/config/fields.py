@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SkipValidation
+from pydantic import AfterValidator, Field, SkipValidation
 from pydantic.dataclasses import dataclass as settings_dataclass
 from pydantic.dataclasses import is_pydantic_dataclass
 from pydantic.fields import FieldInfo
@@ -24,6 +24,8 @@ from llamactl import paths
 from llamactl.core.errors import ConfigError
 from llamactl.engine.limits import DEFAULT_SLOT_CTX, MAX_DRAFT, physical_cores
 from llamactl.engine.types import ReasoningFormat
+
+from .interactive import INTERACTIVE
 
 __all__ = [
     "CHAT",
@@ -36,6 +38,7 @@ __all__ = [
     "Settings",
     "Source",
     "SourceKind",
+    "Weights",
     "setting_fields",
 ]
 
@@ -57,6 +60,7 @@ _LORA = "LoRA adapters (docs/serve.md, LoRA adapters)"
 _EDGE = "HTTP edge: origins, hosts, body limits"
 _LIMITS = "Request limits (docs/serve.md, Request limits)"
 _SPEECH = "Speech limits (docs/transcribe.md, docs/api-realtime.md)"
+_GPU = "GPU offload and memory (docs/serve.md, GPUs)"
 _COMPAT = "llama-server compatibility (docs/serve.md, Moving from llama-server)"
 _BOTH = ENGINE_COMMANDS
 
@@ -90,6 +94,15 @@ class Engine:
 
 
 @dataclass(frozen=True)
+class Weights:
+    """The `ModelLoad` field a setting sets (how llama.cpp places and maps the weights:
+    GPU layers, mmap, mlock); `convert` as for `Engine`."""
+
+    target: str
+    convert: Callable[[Any], Any] | None = None
+
+
+@dataclass(frozen=True)
 class Source:
     """Where a setting's value came from; `detail` is the file:line, variable or flag."""
 
@@ -118,6 +131,25 @@ def _lora_scaled(items: list[str]) -> tuple[tuple[str, float], ...]:
             raise ConfigError(f"lora_scaled: expected FNAME:SCALE, got {item!r}")
         out.append((path, value))
     return tuple(out)
+
+
+def _no_limit(value: int | None) -> int | None:
+    """-1 is llama-server's "no limit": the same as leaving the setting out on `serve`, and
+    the way to lift the interactive commands' answer limit."""
+    return None if value == -1 else value
+
+
+def _proportions(items: list[str]) -> tuple[float, ...]:
+    """`--tensor-split 3,1` as llama.cpp's per-device proportions."""
+    try:
+        out = tuple(float(item) for item in items)
+    except ValueError:
+        raise ConfigError(
+            f"tensor_split: expected numbers like 3,1, got {','.join(items)!r}"
+        ) from None
+    if any(not 0.0 <= v < float("inf") for v in out):
+        raise ConfigError("tensor_split: proportions are numbers of at least 0")
+    return out
 
 
 def _flash_on(value: str) -> bool:
@@ -228,15 +260,64 @@ class Settings:
     ] = None
     max_tokens: Annotated[
         int | None,
-        Field(ge=0, description="Stop an answer after N tokens."),
+        Field(ge=-1, description="Stop an answer after N tokens; -1: no limit."),
+        AfterValidator(_no_limit),
         Flag(
             _SAMPLING,
             commands=_BOTH,
             short="-n",
             aliases=("--n-predict", "--predict"),
             metavar="N",
+            shown_default=f"serve: none; chat, tui: {INTERACTIVE.max_tokens}",
         ),
     ] = None
+    repeat_penalty: Annotated[
+        float,
+        Field(
+            gt=0.0,
+            le=100.0,
+            description="Penalise tokens seen in the last --repeat-last-n; 1: off.",
+        ),
+        Flag(
+            _SAMPLING,
+            commands=_BOTH,
+            metavar="X",
+            shown_default=f"serve: 1; chat, tui: {INTERACTIVE.repeat_penalty:g}",
+        ),
+    ] = 1.0
+    repeat_last_n: Annotated[
+        int,
+        Field(ge=0, description="Tokens --repeat-penalty looks back over; 0: off."),
+        Flag(_SAMPLING, commands=_BOTH, metavar="N"),
+    ] = 64
+    dry_multiplier: Annotated[
+        float,
+        Field(
+            ge=0.0,
+            description="DRY penalty on tokens extending a repeated sequence; 0: off.",
+        ),
+        Flag(
+            _SAMPLING,
+            commands=_BOTH,
+            metavar="X",
+            shown_default=f"serve: 0; chat, tui: {INTERACTIVE.dry_multiplier:g}",
+        ),
+    ] = 0.0
+    dry_base: Annotated[
+        float,
+        Field(ge=1.0, description="DRY: the penalty grows as base^(length - allowed length)."),
+        Flag(_SAMPLING, commands=_BOTH, metavar="X"),
+    ] = 1.75
+    dry_allowed_length: Annotated[
+        int,
+        Field(ge=0, description="DRY: repeated sequences up to this many tokens go unpenalised."),
+        Flag(_SAMPLING, commands=_BOTH, metavar="N"),
+    ] = 2
+    dry_penalty_last_n: Annotated[
+        int,
+        Field(ge=0, description="DRY: tokens scanned for repetitions; 0: off."),
+        Flag(_SAMPLING, commands=_BOTH, metavar="N"),
+    ] = 64
     system: Annotated[
         str | None,
         Field(description="System prompt."),
@@ -392,6 +473,46 @@ class Settings:
             " lines (--no-cont-batching changes nothing)."
         ),
         Flag(_COMPAT, commands=frozenset({SERVE}), short="-cb"),
+    ] = True
+    n_gpu_layers: Annotated[
+        int,
+        Field(
+            ge=-1,
+            description="Layers to offload to the GPU; -1: all (a CPU-only build keeps them on"
+            " the CPU, with a note).",
+        ),
+        Flag(_GPU, short="-ngl", aliases=("--gpu-layers",), metavar="N", shown_default="-1 (all)"),
+        Weights("n_gpu_layers"),
+    ] = -1
+    split_mode: Annotated[
+        Literal["none", "layer", "row"],
+        Field(description="How to split the model over several GPUs: none, layer or row."),
+        Flag(_GPU, short="-sm", metavar="none|layer|row"),
+        Weights("split_mode"),
+    ] = "layer"
+    main_gpu: Annotated[
+        int,
+        Field(ge=0, description="The GPU for the whole model with --split-mode none."),
+        Flag(_GPU, short="-mg", metavar="N"),
+        Weights("main_gpu"),
+    ] = 0
+    tensor_split: Annotated[
+        list[str],
+        Field(description="Share of the model per GPU, comma-separated proportions, e.g. 3,1."),
+        Flag(_GPU, short="-ts", metavar="N0,N1,...", shown_default="even"),
+        Weights("tensor_split", convert=_proportions),
+    ] = Field(default_factory=list)
+    mlock: Annotated[
+        bool,
+        Field(description="Keep the model in RAM (no swapping out)."),
+        Flag(_GPU, negatable=False, shown_default="off"),
+        Weights("use_mlock"),
+    ] = False
+    mmap: Annotated[
+        bool,
+        Field(description="Map the model file instead of reading it in (--no-mmap reads it)."),
+        Flag(_GPU),
+        Weights("use_mmap"),
     ] = True
     kv_unified: Annotated[
         bool,

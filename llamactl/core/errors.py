@@ -89,6 +89,17 @@ class NotSupportedError(LlamactlError):
     error_type = "not_supported_error"
 
 
+def not_generating(model_id: str, decision_type: str | None) -> str:
+    """Why text generation is refused (the server's 501 and the CLI's exit 1 say the same):
+    a decision model names the endpoints it answers."""
+    if decision_type is None:
+        return f"'{model_id}' does not generate text"
+    return (
+        f"'{model_id}' is a decision model ({decision_type}): it answers "
+        "POST /v1/systemone and POST /v1/decisions and does not generate text"
+    )
+
+
 # ------------------------------------------------------------------------------ the engine
 class EngineClosedError(LlamactlError):
     """The engine shut down before (or while) serving the request."""
@@ -262,6 +273,7 @@ class ProtocolError(InvalidRequestError):
 
 
 __all__ = [
+    "not_generating",
     "EXIT_CANNOT_START",
     "EXIT_FAILURE",
     "EXIT_INTERRUPTED",

@@ -12,17 +12,19 @@ context or model into non-optional ones, so callers pass them on without a check
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from typing import TypeVar
 
 import llama_cpp
 
 from llamactl.core.errors import LlamactlError
 
-__all__ = ["ensure_backend", "memory_of", "model_of", "require", "vocab_of"]
+__all__ = ["ensure_backend", "held_errors", "memory_of", "model_of", "require", "vocab_of"]
 
 _log = logging.getLogger("llamactl.llama_cpp")
 _init_lock = threading.Lock()
@@ -39,13 +41,34 @@ _LEVELS = {
 }
 
 
+_held = threading.local()  # .lines: the errors held back in this thread (see `held_errors`)
+
+
 @llama_cpp.llama_log_callback
 def _forward_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     py_level = _LEVELS.get(level, logging.DEBUG)
+    line = text.decode("utf-8", "replace").rstrip()
     if os.environ.get("LLAMACTL_LLAMA_LOG") == "1":
-        _log.warning("%s", text.decode("utf-8", "replace").rstrip())
+        _log.warning("%s", line)
     elif py_level >= logging.ERROR:
-        _log.log(py_level, "%s", text.decode("utf-8", "replace").rstrip())
+        held = getattr(_held, "lines", None)
+        if held is not None:
+            held.append(line)
+        else:
+            _log.log(py_level, "%s", line)
+
+
+@contextlib.contextmanager
+def held_errors() -> Iterator[list[str]]:
+    """Keep llama.cpp's error lines of this thread for the caller to report, instead of
+    printing them before the caller's own one-line error (a failed model load)."""
+    previous = getattr(_held, "lines", None)
+    lines: list[str] = []
+    _held.lines = lines
+    try:
+        yield lines
+    finally:
+        _held.lines = previous
 
 
 def ensure_backend() -> None:

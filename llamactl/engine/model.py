@@ -8,17 +8,19 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import llama_cpp
 
 from llamactl.core.decision_keys import has_decision_type
 from llamactl.core.errors import ModelLoadError
 
-from ._backend import ensure_backend, vocab_of
+from ._backend import ensure_backend, held_errors, vocab_of
 from .tokenize_chunks import CHUNK_CHARS, SpecialCuts
 
 
@@ -45,23 +47,102 @@ class ModelInfo:
     metadata: dict[str, str] = field(repr=False, default_factory=dict)
 
 
-class Model:
-    """A GGUF file loaded with llama.cpp (weights mapped, not copied)."""
+SplitMode = Literal["none", "layer", "row"]
+_SPLIT_MODES = {
+    "none": llama_cpp.LLAMA_SPLIT_MODE_NONE,
+    "layer": llama_cpp.LLAMA_SPLIT_MODE_LAYER,
+    "row": llama_cpp.LLAMA_SPLIT_MODE_ROW,
+}
 
-    def __init__(self, path: str | os.PathLike[str], *, vocab_only: bool = False) -> None:
+
+@dataclass(frozen=True)
+class ModelLoad:
+    """How llama.cpp places and maps the weights (llama-server's -ngl, --split-mode,
+    --main-gpu, --tensor-split, --mlock, --no-mmap). `n_gpu_layers` -1 is all of them; on a
+    build without a GPU backend the layers stay on the CPU whatever it says."""
+
+    n_gpu_layers: int = -1
+    split_mode: SplitMode = "layer"
+    main_gpu: int = 0
+    tensor_split: tuple[float, ...] = ()
+    use_mmap: bool = True
+    use_mlock: bool = False
+
+
+def gpu_offload_supported() -> bool:
+    """True when this llama-cpp-python was built with a GPU backend (CUDA, Metal, Vulkan...)."""
+    ensure_backend()
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def model_params(
+    load: ModelLoad, *, vocab_only: bool = False
+) -> tuple[llama_cpp.llama_model_params, object]:
+    """llama.cpp's model parameters for `load`, and the array `tensor_split` points into (keep
+    it alive until the model is loaded)."""
+    params = llama_cpp.llama_model_default_params()
+    if load.split_mode not in _SPLIT_MODES:
+        raise ModelLoadError(f"--split-mode: none, layer or row, got {load.split_mode!r}")
+    params.n_gpu_layers = load.n_gpu_layers if gpu_offload_supported() else 0
+    params.split_mode = _SPLIT_MODES[load.split_mode]
+    params.main_gpu = load.main_gpu
+    params.load_mode = {
+        (True, False): params.load_mode,  # llama.cpp's own choice: mmap where it can
+        (True, True): llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK,
+        (False, False): llama_cpp.LLAMA_LOAD_MODE_NONE,
+        (False, True): llama_cpp.LLAMA_LOAD_MODE_MLOCK,
+    }[(load.use_mmap, load.use_mlock)]
+    split: object = None
+    if load.tensor_split:
+        n = llama_cpp.llama_max_devices()
+        if len(load.tensor_split) > n:
+            raise ModelLoadError(f"--tensor-split: at most {n} proportions (one per device)")
+        split = (ctypes.c_float * n)(*load.tensor_split)
+        params.tensor_split = ctypes.cast(split, ctypes.POINTER(ctypes.c_float))
+    params.vocab_only = vocab_only
+    return params, split
+
+
+def _load_failure(errors: list[str]) -> str:
+    """llama.cpp's reason for a failed load, from its error lines (`gguf_init_from_reader:
+    invalid magic characters...`, `... error loading model: REASON`), or a guess when it
+    said nothing useful."""
+    for line in errors:
+        if "failed to load model" in line:
+            continue  # the generic lines every failure ends with
+        _, found, reason = line.partition("error loading model: ")
+        if not found:
+            reason = line.partition(": ")[2] or line
+        if reason.strip():
+            return reason.strip()
+    return "not a GGUF file, or an architecture this llama.cpp does not know"
+
+
+class Model:
+    """A GGUF file loaded with llama.cpp (weights mapped, not copied, unless `load` says)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        vocab_only: bool = False,
+        load: ModelLoad | None = None,
+    ) -> None:
         ensure_backend()
         self.path = Path(path)
         if not self.path.is_file():
             raise ModelLoadError(f"model file not found: {self.path}")
-        params = llama_cpp.llama_model_default_params()
-        params.n_gpu_layers = 0
-        params.vocab_only = vocab_only
-        handle = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
+        self.load = load or ModelLoad(n_gpu_layers=0)
+        params, _split = model_params(self.load, vocab_only=vocab_only)
+        with held_errors() as errors:
+            handle = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
         if not handle:
             raise ModelLoadError(
-                f"llama.cpp could not load {self.path} (not a GGUF file, or an architecture "
-                "this llama.cpp does not know; run with LLAMACTL_LLAMA_LOG=1 for details)"
+                f"llama.cpp could not load {self.path}: {_load_failure(errors)} (run with "
+                "LLAMACTL_LLAMA_LOG=1 for llama.cpp's log)"
             )
+        for line in errors:  # loaded after all: what llama.cpp complained of is worth a look
+            logging.getLogger("llamactl.llama_cpp").error("%s", line)
         self._handle: llama_cpp.llama_model_p | None = handle
         self._vocab = vocab_of(handle)
         self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self._vocab)

@@ -1,7 +1,7 @@
 """Native llama.cpp sampler chains, one per generating sequence.
 
-The chain order follows llama.cpp's common defaults (bias, penalties, top-k, top-p, min-p,
-temperature, distribution) so results match llama-server for the same parameters. A top-k
+The chain order follows llama.cpp's common defaults (bias, penalties, DRY, top-k, top-p,
+min-p, temperature, distribution) so results match llama-server for the same parameters. A top-k
 prefilter always precedes top-p: top-p alone sorts the whole vocabulary (~4 ms a token).
 """
 
@@ -62,6 +62,8 @@ class SamplerChain:
                     p.presence_penalty,
                 )
             )
+        if p.dry_multiplier != 0.0 and p.dry_penalty_last_n != 0:
+            self._add(_dry(vocab, p))
         if p.greedy:
             self._add(llama_cpp.llama_sampler_init_greedy())
             return
@@ -95,6 +97,21 @@ class SamplerChain:
 
     def __del__(self) -> None:
         self.free()
+
+
+def _dry(vocab: llama_cpp.llama_vocab_p, p: SamplingParams) -> llama_cpp.llama_sampler_p:
+    """llama.cpp's DRY sampler; it tokenizes the breakers itself, so the array may go."""
+    breakers = [b.encode() for b in p.dry_sequence_breakers if b]
+    arr = (ctypes.c_char_p * len(breakers))(*breakers) if breakers else None
+    return llama_cpp.llama_sampler_init_dry(
+        vocab,
+        p.dry_multiplier,
+        p.dry_base,
+        p.dry_allowed_length,
+        p.dry_penalty_last_n,
+        arr,
+        len(breakers),
+    )
 
 
 def check_grammar(vocab: llama_cpp.llama_vocab_p, grammar: str) -> None:

@@ -13,6 +13,8 @@ FinishReason = Literal["stop", "length", "cancelled", "error"]
 # it out of the answer; "none" leaves the raw output, markers and all, in content;
 # "deepseek-legacy" does both (raw content, and the reasoning split out besides).
 ReasoningFormat = Literal["auto", "none", "deepseek", "deepseek-legacy"]
+# Where a DRY repetition may restart: llama.cpp's common defaults
+DRY_SEQUENCE_BREAKERS: tuple[str, ...] = ("\n", ":", '"', "*")
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,13 @@ class SamplingParams:
     repeat_last_n: int = 64
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    # DRY ("don't repeat yourself"): penalise a token that would extend a sequence already
+    # seen in the last `dry_penalty_last_n` tokens; multiplier 0 is off (llama.cpp's defaults)
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = 64
+    dry_sequence_breakers: tuple[str, ...] = DRY_SEQUENCE_BREAKERS
     seed: int | None = None
     logit_bias: dict[int, float] = field(default_factory=dict)
     grammar: str | None = None

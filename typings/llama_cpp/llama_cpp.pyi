@@ -50,9 +50,11 @@ class llama_batch(ctypes.Structure):
 
 class llama_model_params(ctypes.Structure):
     n_gpu_layers: int
+    split_mode: int
+    load_mode: int
+    main_gpu: int
+    tensor_split: Any
     vocab_only: bool
-    use_mmap: bool
-    use_mlock: bool
 
 class llama_model_quantize_params(ctypes.Structure):
     nthread: int
@@ -101,6 +103,17 @@ def llama_model_default_params() -> llama_model_params: ...
 def byref(obj: Any, offset: int = ..., /) -> Any: ...
 def llama_model_quantize_default_params() -> llama_model_quantize_params: ...
 def llama_model_quantize(fname_inp: bytes, fname_out: bytes, params: Any, /) -> int: ...
+def llama_max_devices() -> int: ...
+def llama_supports_gpu_offload() -> bool: ...
+
+LLAMA_SPLIT_MODE_NONE: int
+LLAMA_SPLIT_MODE_LAYER: int
+LLAMA_SPLIT_MODE_ROW: int
+LLAMA_LOAD_MODE_NONE: int
+LLAMA_LOAD_MODE_MMAP: int
+LLAMA_LOAD_MODE_MLOCK: int
+LLAMA_LOAD_MODE_MMAP_MLOCK: int
+
 def llama_model_load_from_file(
     path_model: bytes, params: llama_model_params, /
 ) -> llama_model_p | None: ...
@@ -256,6 +269,16 @@ def llama_sampler_init_top_k(k: int, /) -> llama_sampler_p: ...
 def llama_sampler_init_top_p(p: float, min_keep: int, /) -> llama_sampler_p: ...
 def llama_sampler_init_min_p(p: float, min_keep: int, /) -> llama_sampler_p: ...
 def llama_sampler_init_temp(t: float, /) -> llama_sampler_p: ...
+def llama_sampler_init_dry(
+    vocab: llama_vocab_p,
+    dry_multiplier: float,
+    dry_base: float,
+    dry_allowed_length: int,
+    dry_penalty_last_n: int,
+    seq_breakers: ctypes.Array[ctypes.c_char_p] | None,
+    num_breakers: int,
+    /,
+) -> llama_sampler_p: ...
 def llama_sampler_init_penalties(
     n_vocab: int,
     penalty_last_n: int,

@@ -39,6 +39,26 @@ class NativeCompletionRequest(SamplingFields):
         description="Shift cached chunks of at least this many tokens into place (inexact);"
         " 0: off; absent: the server's --cache-reuse",
     )
+    repeat_last_n: int | None = Field(
+        None, description="Tokens `repeat_penalty` looks back over; 0: off (the server's)"
+    )
+    dry_multiplier: float | None = Field(
+        None, description="DRY penalty on tokens extending a repeated sequence; 0: off"
+    )
+    dry_base: float | None = Field(
+        None, description="DRY: the penalty grows as base^(length - allowed); below 1: server's"
+    )
+    dry_allowed_length: int | None = Field(
+        None, description="DRY: repeated sequences up to this many tokens go unpenalised"
+    )
+    dry_penalty_last_n: int | None = Field(
+        None, description="DRY: tokens scanned for repetitions; 0: off"
+    )
+    dry_sequence_breakers: list[str] | None = Field(
+        None,
+        description='DRY: strings a repeated sequence may not cross (default ["\\n", ":",'
+        ' "\\"", "*"]); a non-empty list',
+    )
     id_slot: int = Field(
         -1,
         description="The slot to run in (waiting for it while it is busy; an id past the last"

@@ -35,6 +35,7 @@ from ...stream_errors import openai_error_frame
 from ..generation_params import generation_params
 from ..tokens.serving import prompts_of
 from .protocol import NativeCompletionRequest
+from .repetition import with_repetition_fields
 
 __all__ = ["NativeJob", "complete", "start", "start_prompts", "stream_frames"]
 
@@ -83,7 +84,7 @@ def start_prompts(
     engine = state.require_text_engine()
     n = params.choice_count(state, body)
     check_int_range("n_probs", body.n_probs, 0, MAX_N_PROBS)
-    sampling = params.sampling_of(state, body)
+    sampling = with_repetition_fields(params.sampling_of(state, body), body)
     grammar = _grammar(state, body)
     if grammar is not None:
         sampling = dataclasses.replace(sampling, grammar=grammar)
