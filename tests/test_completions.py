@@ -132,7 +132,11 @@ def test_bash_completes_the_values_a_setting_takes() -> None:
     assert bash_complete("chat", "--cache-type", "") == ["auto", "bf16", "f16", "q8_0"]
     assert bash_complete("serve", "-fa", "o") == ["on", "off"]
     assert bash_complete("serve", "--split-mode", "") == ["none", "layer", "row"]
-    assert bash_complete("serve", "--spec-type", "ngram") == ["ngram-simple", "ngram-cache"]
+    assert bash_complete("serve", "--spec-type", "ngram") == [
+        "ngram-simple",
+        "ngram-mod",
+        "ngram-cache",
+    ]
 
 
 # -------------------------------------------------------------- zsh, fish
