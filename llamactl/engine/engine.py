@@ -135,8 +135,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         # companions speculation would change its answers (measured: a one-slot engine
         # without companions decodes 1.7x faster past 1.5k cells, and answers differently
         # once speculation is on).
-        self._split_kernels = self.kv_type in SPLIT_KERNEL_KV and self._can_trim
-        self._companions = self._split_kernels
+        self._companions = self.kv_type in SPLIT_KERNEL_KV and self._can_trim
         self._split_streams = not config.kv_unified and config.n_parallel > 1
         held = 1 if self._companions else 0
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(ctx)  # each slot's KV cells
@@ -684,7 +683,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
                     continue
                 end = min(end, media.next_start(slot.prompt_pos) or end)
             need = min(end - slot.prompt_pos, self._row_budget)
-            if self._split_kernels and need >= EXACT_PIECE and end == len(slot.job_request.prompt):
+            if self._companions and need >= EXACT_PIECE and end == len(slot.job_request.prompt):
                 # the prompt's last row on its own, as a warm rerun of this prompt decodes it:
                 # the same request answers alike whether its prefix is cached or not
                 need -= 1
