@@ -114,6 +114,25 @@ def test_without_checkpoints_a_diverging_prompt_starts_over(lfm2):
         assert r.done.usage.cached_tokens == 0 and eng.stats.checkpoints_made == 0
 
 
+def test_a_similar_conversation_leaves_the_other_whole_on_the_hybrid_model(lfm2):
+    """Without trimming, a cut slot would roll back to a checkpoint: B's prompt runs on a copy
+    of A's state (in the empty slot), so A's follow-up still reuses more than the rollback."""
+    a = turn1()
+    b = [a[0], {"role": "user", "content": "hello where"}]
+    with engine(lfm2, n_parallel=2) as eng:
+        chat = ChatModel(eng)
+        first = ask(chat, a)
+        other = ask(chat, b)
+        answer = {"role": "assistant", "content": first.content}
+        a2 = [*a, answer, {"role": "user", "content": "ok"}]
+        follow = ask(chat, a2)
+        n_a = len(chat.render(ChatRequest(a)).tokens)
+    assert other.done.usage.cached_tokens > 0
+    assert follow.done.usage.cached_tokens >= n_a
+    assert other.done.token_ids == cold(lfm2, b).done.token_ids
+    assert follow.done.token_ids == cold(lfm2, a2).done.token_ids
+
+
 def test_concurrent_conversations_on_the_hybrid_model_equal_cold_runs(lfm2):
     convs = [
         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"topic {k}"}]

@@ -173,6 +173,24 @@ def test_similar_prompts_go_to_the_slot_holding_their_prefix(model):
         assert eng.cache.stats.saves == 0  # nothing had to leave a slot
 
 
+def test_a_similar_prompt_leaves_the_conversation_whole_while_a_slot_is_empty(model):
+    """B shares A's system prompt: it starts from A's KV, copied to the empty slot, so A's
+    next turn still finds every token of A, and both answers equal their cold runs."""
+    a = chat_tokens(model, "Name three rivers of Europe.", system="You are terse.")
+    b = chat_tokens(model, "Name three lakes of Africa.", system="You are terse.")
+    no_ram_cache = EngineConfig(n_parallel=2, n_ctx=2 * 1024, cache_ram_mib=0)
+    with Engine(model, no_ram_cache) as eng:  # the slots alone: nothing saved elsewhere
+        first = run(eng, a)
+        other = run(eng, b)
+        a2 = a + list(first.token_ids) + model.tokenize(" And one more?", add_special=False)
+        follow = run(eng, a2)
+    assert other.usage.cached_tokens == common(a, b) > 0
+    assert follow.usage.cached_tokens >= len(a)
+    with Engine(model, EngineConfig(n_parallel=1, n_ctx=2048, cache_prompt=False)) as eng:
+        assert run(eng, b).token_ids == other.token_ids
+        assert run(eng, a2).token_ids == follow.token_ids
+
+
 def test_children_of_n_are_never_cached(model):
     with Engine(model, EngineConfig(n_parallel=3, n_ctx=3 * 1024)) as eng:
         p = chat_tokens(model, "Pick a number.")

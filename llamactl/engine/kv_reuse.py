@@ -53,7 +53,8 @@ class SlotMemory:
         self, slots: list[Slot], prompt: list[int], use_cache: bool, wanted: int | None = None
     ) -> tuple[Slot, int]:
         """Slot `wanted` when one is asked for, else the free slot sharing the largest share
-        of `prompt` (above the similarity threshold), else the least recently used one."""
+        of `prompt` (above the similarity threshold; copied to an empty slot when running
+        there would cut it), else the least recently used one."""
         if wanted is not None:
             slot = slots[wanted]
             return slot, common_prefix(slot.kv_tokens, prompt) if use_cache else 0
@@ -68,7 +69,30 @@ class SlotMemory:
         if best is None:
             best = min(free, key=lambda s: s.last_used)
             best_lcp = common_prefix(best.kv_tokens, prompt) if use_cache else 0
+        elif best_lcp < len(best.kv_tokens):
+            best = self._spare(best, free)
         return best, best_lcp
+
+    def _spare(self, similar: Slot, free: list[Slot]) -> Slot:
+        """The slot to run a prompt that shares only part of `similar`'s KV.
+
+        Cutting `similar` down would throw away the rest of another conversation (the prompt
+        cache keeps it only when most of it is lost), so while a slot is still empty the KV is
+        copied there and `similar` stays whole: a conversation's KV survives as long as there
+        is room for it, whatever order concurrent requests arrive in."""
+        empty = next((s for s in free if not s.kv_tokens), None)
+        if empty is None:
+            return similar
+        # a state copy, not llama_memory_seq_cp: across KV streams that copy waits for the
+        # next decode, and a restore into `similar` before it would reach `empty` too
+        state = save_seq(self._ctx, similar.seq_id)
+        if state is None or not load_seq(self._ctx, empty.seq_id, state):
+            self.clear(empty)
+            return similar
+        empty.kv_tokens = list(similar.kv_tokens)
+        empty.checkpoints = list(similar.checkpoints)
+        log.debug("slot %d: took a copy of slot %d's KV, left whole", empty.seq_id, similar.seq_id)
+        return empty
 
     # ------------------------------------------------------------ prompt cache
     def offer(self, slot: Slot, lcp: int, *, idle: bool = False) -> None:
