@@ -18,6 +18,7 @@ __all__ = ["AppState"]
 class AppState(Protocol):
     settings: Settings
     api_keys: list[str]
+    draining: bool  # set by drain(): balancers' health checks see 503 from then on
 
     @property
     def ready(self) -> bool:

@@ -89,6 +89,7 @@ class ServerState:
         # in sorted order (llama-server keeps them in a std::set)
         self.aliases = sorted({a.strip() for a in (settings.alias or "").split(",") if a.strip()})
         self.model_id = self.aliases[0] if self.aliases else model_path.stem
+        self.draining = False  # a graceful stop has begun: /health answers 503
         self.api_keys: list[str] = settings.resolved_api_keys()
         self.template_kwargs = chat_template_kwargs(settings)  # --chat-template-kwargs
         self.metrics = Metrics()
@@ -242,6 +243,7 @@ class ServerState:
 
     def drain(self) -> bool:
         """Only text generations finish gracefully (a decision is one forward pass)."""
+        self.draining = True
         if self.engine is None:
             return False
         self.engine.drain()

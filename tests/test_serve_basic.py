@@ -135,6 +135,11 @@ def test_every_route_answers_503_while_loading() -> None:
         r = client.post("/v1/chat/completions", json={"messages": HI, "max_tokens": 2})
         assert r.status_code == 200
         assert r.json()["usage"]["completion_tokens"] >= 1
+        # a graceful stop begins (SIGTERM's first step): balancers' checks see 503 at once
+        assert state.drain()
+        health = client.get("/health")
+        assert health.status_code == 503
+        assert health.json()["error"]["message"] == "Server is shutting down"
 
 
 @pytest.mark.slow
@@ -185,6 +190,47 @@ def test_metrics_counters_move(small: LiveServer) -> None:
     assert after["llamactl:slots_total"] == 1
     assert after["llamactl:requests_processing"] == 0
     assert after["llamactl:uptime_seconds"] >= before["llamactl:uptime_seconds"]
+
+
+def test_gateway_metrics_follow_load_and_cache(small: LiveServer) -> None:
+    """vLLM's names, as the Gateway API Inference Extension's endpoint picker reads them:
+    a running stream is counted while it runs, the KV holds its tokens, and a repeated
+    prompt counts as prefix-cache hits."""
+    label = '{model_name="tiny-model"}'
+    text = httpx.get(small.url + "/metrics", timeout=10).text
+    for name, kind in (
+        ("num_requests_waiting", "gauge"),
+        ("num_requests_running", "gauge"),
+        ("kv_cache_usage_perc", "gauge"),
+        ("gpu_cache_usage_perc", "gauge"),
+        ("prefix_cache_queries_total", "counter"),
+        ("prefix_cache_hits_total", "counter"),
+    ):
+        assert f"# TYPE vllm:{name} {kind}" in text
+    body = {"messages": HI, "max_tokens": 120, "stream": True, "logit_bias": no_eos(small)}
+    with httpx.stream("POST", small.v1 + "/chat/completions", json=body, timeout=120) as r:
+        lines = r.iter_lines()
+        next(c for c in sse_chunks(lines) if c["choices"] and c["choices"][0]["delta"])
+        during = metric_values(small)
+        for _ in lines:
+            pass
+    assert during[f"vllm:num_requests_running{label}"] == 1
+    assert during[f"vllm:num_requests_waiting{label}"] == 0
+    assert 0 < during[f"vllm:kv_cache_usage_perc{label}"] <= 1
+    assert during[f"vllm:gpu_cache_usage_perc{label}"] == during[f"vllm:kv_cache_usage_perc{label}"]
+    once = {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 2}
+    assert httpx.post(small.v1 + "/chat/completions", json=once, timeout=60).status_code == 200
+    before = metric_values(small)
+    r = httpx.post(small.v1 + "/chat/completions", json=once, timeout=60)
+    cached = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+    after = metric_values(small)
+    hits, queries = (
+        f"vllm:prefix_cache_hits_total{label}",
+        f"vllm:prefix_cache_queries_total{label}",
+    )
+    assert cached > 0 and after[hits] - before[hits] == cached
+    assert after[queries] - before[queries] == r.json()["usage"]["prompt_tokens"]
+    assert after[f"vllm:num_requests_running{label}"] == 0
 
 
 def test_metrics_label_requests_by_route_template(small: LiveServer) -> None:

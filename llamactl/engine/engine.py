@@ -292,6 +292,13 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
     def busy_slots(self) -> int:
         return sum(1 for s in self._slots if s.busy)
 
+    @property
+    def kv_usage(self) -> float:
+        """The share of the slots' KV cells holding tokens (0 to 1), running or kept for
+        reuse: what an inference gateway reads as KV-cache utilisation."""
+        total = self.n_ctx_seq * len(self._slots)
+        return min(1.0, sum(len(s.kv_tokens) for s in self._slots) / total) if total else 0.0
+
     def slots_info(self) -> list[SlotInfo]:
         """Each slot's state and its current or last job (`/slots`); safe from any thread."""
         speculative = bool(self.speculators)

@@ -29,12 +29,14 @@ class RouterState:
         self.manager = manager
         self.api_keys: list[str] = settings.resolved_api_keys()
         self.started = time.time()
+        self.draining = False
 
     def slots(self, spec: ModelSpec) -> int:
         """The model's --parallel: what its child was started with."""
         return int(child_settings(self.settings, spec)["parallel"])
 
     def drain(self) -> bool:
+        self.draining = True
         return False  # nothing to wait for here: the manager stops the children
 
     def stop_generating(self) -> None:

@@ -16,8 +16,11 @@ router = APIRouter()
 @router.get("/health", tags=["health"])
 @router.get("/v1/health", include_in_schema=False)
 def health(request: Request) -> JSONResponse:
-    """200 once the model is loaded; 503 `unavailable_error` while it loads (or failed)."""
+    """200 once the model is loaded; 503 `unavailable_error` while it loads (or failed) and
+    once a graceful stop has begun, so a balancer sends nothing more here."""
     state: AppState = request.app.state.llamactl
+    if state.draining:
+        return error_response(request.url.path, 503, "Server is shutting down")
     if state.ready:
         return JSONResponse({"status": "ok"})
     message = state.load_error or "Loading model"

@@ -69,6 +69,13 @@ def metrics(request: Request) -> PlainTextResponse:
             f"# TYPE llamacpp:{name} {kind}",
             f"llamacpp:{name} {value}",
         ]
+    label = _label_value(state.model_id)
+    for name, kind, help_text, value in gateway_rows(eng):
+        lines += [
+            f"# HELP vllm:{name} {help_text}",
+            f"# TYPE vllm:{name} {kind}",
+            f'vllm:{name}{{model_name="{label}"}} {value}',
+        ]
     headers = {"Process-Start-Time-Unix": str(int(state.metrics.started))}
     return PlainTextResponse(
         "\n".join(lines) + "\n", media_type="text/plain; version=0.0.4", headers=headers
@@ -148,6 +155,38 @@ def llamacpp_rows(eng: Engine | DecisionEngine) -> list[tuple[str, str, str, flo
             per_decode,
         ),
     ]
+
+
+def gateway_rows(eng: Engine | DecisionEngine) -> list[tuple[str, str, str, float]]:
+    """The model-server protocol of the Gateway API Inference Extension, under vLLM's names
+    (what its endpoint picker, llm-d and KServe read to route by load and by cache). The
+    values are the same engine counters as the other names'."""
+    st = eng.stats
+    usage = eng.kv_usage if isinstance(eng, Engine) else 0.0
+    lookups = st.prompt_tokens_processed + st.prompt_tokens_cached
+    return [
+        ("num_requests_waiting", "gauge", "Requests waiting for a slot", eng.queue_depth),
+        ("num_requests_running", "gauge", "Requests generating in a slot", eng.busy_slots),
+        ("kv_cache_usage_perc", "gauge", "KV-cache usage; 1 means 100 percent", usage),
+        ("gpu_cache_usage_perc", "gauge", "KV-cache usage (the older name)", usage),
+        (
+            "prefix_cache_queries_total",
+            "counter",
+            "Prompt tokens looked up in the prefix cache",
+            lookups,
+        ),
+        (
+            "prefix_cache_hits_total",
+            "counter",
+            "Prompt tokens found in the prefix cache",
+            st.prompt_tokens_cached,
+        ),
+    ]
+
+
+def _label_value(text: str) -> str:
+    """Prometheus label escaping: backslash, quote and newline."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _cache_rows(eng: Engine | DecisionEngine) -> list[tuple[str, str, str, float]]:
