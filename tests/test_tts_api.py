@@ -6,6 +6,7 @@ import base64
 import io
 import json
 import wave
+from concurrent.futures import ThreadPoolExecutor
 
 import av
 import httpx
@@ -42,6 +43,18 @@ def test_tts_json_returns_wav(server):
     assert samples.size / rate > 2 and _loud(samples)
     short, _ = _wav(httpx.post(server.url + "/tts", json={"input": "Hi."}, timeout=30).content)
     assert short.size < samples.size / 3
+
+
+def test_the_same_request_gives_the_same_wav_even_when_sent_together(server):
+    """Same text, voice and seed: byte-identical WAVs, one after another or four at once."""
+    body = {"input": TEXT, "voice": "en-gb", "seed": 7}
+    first = httpx.post(server.url + "/tts", json=body, timeout=30)
+    assert first.status_code == 200
+    with ThreadPoolExecutor(4) as pool:
+        replies = list(
+            pool.map(lambda _: httpx.post(server.url + "/tts", json=body, timeout=60), range(4))
+        )
+    assert all(r.content == first.content for r in replies)
 
 
 def test_tts_multipart_coerces_seed_and_stream(server):

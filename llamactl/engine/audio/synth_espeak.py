@@ -1,10 +1,12 @@
 """eSpeak NG backend: the library and voice data bundled by the `espeakng-loader` package.
 
 It needs no model file, so `llamactl tts` speaks out of the box. eSpeak NG keeps its state in
-process globals (one voice, one callback), so every use goes through `_LOCK`: concurrent
-requests are served one after another, each at many times real time. The synthesis runs on a
-producer thread whose callback hands each buffer (`_BUFFER_MS` long) to the caller's iterator
-at once; returning 1 from the callback is how eSpeak is told to stop.
+process globals (one voice, one callback), so the process-wide instance, which lists and checks
+voices, is used under `_LOCK`, and each synthesis speaks with a fresh private instance
+(`synth_espeak_instances`): the same request gives the same samples, and concurrent requests
+run side by side. The synthesis runs on a producer thread whose callback hands each buffer
+(`_BUFFER_MS` long) to the caller's iterator at once; returning 1 from the callback is how
+eSpeak is told to stop.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .synth import (
     check_speed,
     check_text,
 )
+from .synth_espeak_instances import InstancePool
 from .synth_espeak_lib import EspeakVoice, load_library, voice_languages
 from .synth_espeak_voices import ListedVoice, VoiceNames, variant_files
 
@@ -50,9 +53,10 @@ _LOCK = threading.Lock()
 class _Loaded:
     """eSpeak NG as initialised for this process, and the voices it lists (once each)."""
 
-    lib: ctypes.CDLL
+    lib: ctypes.CDLL  # lists and checks voices; never speaks (see synth_espeak_instances)
     rate: int
     data_dir: Path
+    instances: InstancePool  # what speaks: a fresh instance per synthesis
 
 
 @dataclass(frozen=True)
@@ -76,12 +80,19 @@ def _library() -> _Loaded:
         rate = lib.espeak_Initialize(_SYNCHRONOUS, _BUFFER_MS, str(data_dir.parent).encode(), 0)
         if rate <= 0:
             raise SynthesisError(f"eSpeak NG did not initialise (data in {data_dir})")
-        _loaded = _Loaded(lib, rate, data_dir)
+        pool = InstancePool(
+            Path(espeakng_loader.get_library_path()),
+            data_dir.parent,
+            output_mode=_SYNCHRONOUS,
+            buffer_ms=_BUFFER_MS,
+        )
+        _loaded = _Loaded(lib, rate, data_dir, pool)
     return _loaded
 
 
 class EspeakSynthesizer(Synthesizer):
-    """eSpeak NG voices; `seed` is accepted and ignored because eSpeak is deterministic."""
+    """eSpeak NG voices; `seed` is accepted and ignored: the same text, voice and speed
+    always give the same samples."""
 
     name = "espeak-ng"
     can_clone = False
@@ -90,6 +101,7 @@ class EspeakSynthesizer(Synthesizer):
         with _LOCK:
             loaded = _library()
         self._lib, self._rate, self._data_dir = loaded.lib, loaded.rate, loaded.data_dir
+        self._instances = loaded.instances
 
     @property
     def sample_rate(self) -> int:
@@ -173,8 +185,7 @@ class EspeakSynthesizer(Synthesizer):
 
         def produce() -> None:
             try:
-                with _LOCK:
-                    lib = self._lib
+                with self._instances.instance() as lib:
                     lib.espeak_SetSynthCallback(ctypes.cast(callback, ctypes.c_void_p))
                     lib.espeak_SetVoiceByName(voice_id)
                     lib.espeak_SetParameter(_PARAM_RATE, wpm, 0)
