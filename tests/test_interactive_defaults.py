@@ -60,6 +60,29 @@ def test_the_guard_lets_ordinary_answers_through(text: str) -> None:
     assert not any(guard.feed(text[i : i + 3]) for i in range(0, len(text), 3))
 
 
+@pytest.mark.parametrize("loop", ["\U0001f31f" * 80, "Hello! " * 20, "la France, " * 12])
+def test_the_speech_guard_stops_a_loop_early(loop: str) -> None:
+    guard = RepetitionGuard.for_speech()
+    fed = 0
+    while fed < len(loop) and not guard.feed(loop[fed : fed + 2]):
+        fed += 2
+    assert guard.repeating and fed <= 60
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The capital of France is Paris. It is known for the Eiffel Tower, the Louvre and the "
+        "Seine, and for its cafes.",
+        "One, two, three, four, five, six, seven, eight, nine, ten, eleven, twelve, thirteen.",
+        "Ha ha, that is a good one! Well, well. Let me think: yes, yes, I know that song.",
+    ],
+)
+def test_the_speech_guard_lets_spoken_answers_through(text: str) -> None:
+    guard = RepetitionGuard.for_speech()
+    assert not any(guard.feed(text[i : i + 3]) for i in range(0, len(text), 3))
+
+
 # ----------------------------------------------------------------- which defaults
 def test_chat_and_tui_defaults_differ_from_serves() -> None:
     served = load_settings({})

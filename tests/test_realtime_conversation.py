@@ -189,6 +189,26 @@ def test_text_turn_spoken_answer_event_order(client):
     assert "transcription_ms" not in meta  # no spoken input in this turn
 
 
+def test_a_spoken_answer_caught_in_a_loop_is_ended(client):
+    """Without instructions, "Say hello to me." sends the embedded model at temperature 0 into
+    a run of emoji (silent when spoken) that only the context would end: the loop guard of
+    spoken answers ends it, status incomplete, reason repetition; the next turn is served."""
+    client.send("session.update", session={"type": "realtime", "instructions": ""})
+    client.until("session.updated")
+    client.say("Say hello to me.")
+    client.until("conversation.item.done")
+    client.send("response.create", response={"max_output_tokens": 1000})
+    done = client.until("response.done")[-1]["response"]
+    assert done["status"] == "incomplete", (done["output"], done["usage"])
+    assert done["status_details"]["reason"] == "repetition"
+    assert done["usage"]["output_tokens"] < 200  # ended early, not by the token limit
+    client.say(QUESTION)
+    client.until("conversation.item.done")
+    client.send("response.create", response={"max_output_tokens": 60})
+    after = client.until("response.done")[-1]["response"]  # the session goes on
+    assert after["status"] in ("completed", "incomplete") and after["usage"]["output_tokens"] <= 60
+
+
 def test_spoken_turn_with_server_vad(client):
     question = pcm24(QUESTION)
     client.append(np.concatenate([silence(0.8, RATE), question, silence(1.2, RATE)]))

@@ -25,6 +25,12 @@ class RepetitionGuard:
         self._text = ""
         self.repeating = False
 
+    @classmethod
+    def for_speech(cls) -> RepetitionGuard:
+        """Tighter, for answers that are spoken: a loop is heard (or, for emoji, an answer
+        falls silent) long before 240 characters of it."""
+        return cls(max_period=80, min_repeats=3, min_span=48)
+
     def feed(self, text: str) -> bool:
         """Add streamed text; True once the answer is looping (and from then on)."""
         if self.repeating or not text:

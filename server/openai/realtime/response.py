@@ -28,6 +28,7 @@ from llamactl import (
     Done,
     LlamactlError,
     ReasoningDelta,
+    RepetitionGuard,
     ToolCallDelta,
 )
 
@@ -76,6 +77,7 @@ class Response:
         self.audio = out.modalities == ["audio"]
         self.status = "in_progress"
         self.reason: str | None = None
+        self.looping = False  # the loop guard ended the answer (status incomplete, repetition)
         self.error: dict[str, Any] | None = None
         self.text = ""
         self.chat: ChatStream | None = None
@@ -257,9 +259,15 @@ class Response:
             )
         done: Done | None = None
         reasoning = ""
+        guard = RepetitionGuard.for_speech() if self.audio else RepetitionGuard()
         async for ev in self.chat:
             if isinstance(ev, ContentDelta):
+                if self.looping:
+                    continue
                 self._on_text(ev.text)
+                if guard.feed(ev.text):  # a degenerate answer: ended, said in status_details
+                    self.looping = True
+                    self.chat.cancel()
             elif isinstance(ev, ReasoningDelta):
                 reasoning += ev.text
                 self._emit("response.reasoning.delta", response_id=self.id, delta=ev.text)
@@ -279,7 +287,9 @@ class Response:
                 raise self.speaker.error
         if self.reason is not None:
             return
-        if done is not None and done.finish_reason == "length":
+        if self.looping:
+            self.status, self.reason = "incomplete", "repetition"
+        elif done is not None and done.finish_reason == "length":
             self.status, self.reason = "incomplete", "max_output_tokens"
         elif done is not None and done.finish_reason == "error":
             self.status = "failed"
