@@ -6,9 +6,11 @@ thread shared by every stream and batch request) and the event types in `types`.
 
 from __future__ import annotations
 
+from .semantic import EAGERNESS, SemanticTurn, semantic_turn
 from .service import AudioService
 from .stream import TranscriptionStream
 from .transcriber import Transcriber
+from .turn import SmartTurn
 from .types import (
     Cleared,
     Committed,
@@ -24,6 +26,7 @@ from .types import (
 from .vad import VadConfig
 
 __all__ = [
+    "EAGERNESS",
     "AudioService",
     "Cleared",
     "Committed",
@@ -31,6 +34,8 @@ __all__ = [
     "Final",
     "Partial",
     "Segment",
+    "SemanticTurn",
+    "SmartTurn",
     "SpeechStarted",
     "SpeechStopped",
     "StreamEvent",
@@ -38,4 +43,5 @@ __all__ = [
     "Transcriber",
     "TranscriptionStream",
     "VadConfig",
+    "semantic_turn",
 ]
