@@ -480,8 +480,8 @@ class TranscriptionStream:
             region.turn_p = p
 
     def _window(self, w: int, p: float) -> bool:
-        """Apply one VAD window; False (nothing changed) if it needs a Smart Turn reading
-        first."""
+        """Apply one VAD window; False if it needs a Smart Turn reading first (the window is
+        then applied again once the reading is in: nothing it did so far changes that)."""
         cfg = self.vad
         end_w = w + WINDOW
         region = self._region
