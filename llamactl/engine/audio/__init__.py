@@ -1,4 +1,5 @@
-"""Speech in: transcribers (faster-whisper, llama.cpp `mtmd`), streaming transcription, VAD.
+"""Speech in: transcribers (faster-whisper, llama.cpp `mtmd`), streaming transcription, VAD,
+semantic turn detection (Smart Turn).
 
 Only this package touches the speech runtimes; front ends use `AudioService` (one compute
 thread shared by every stream and batch request) and the event types in `types`.
