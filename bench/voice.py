@@ -1,17 +1,19 @@
 """Speech-out and voice-conversation figures on the embedded models.
 
-    python bench/voice.py [--runs 10] [--threads 2]
+    python bench/voice.py [--turns 20] [--threads 2]
 
 1. eSpeak NG synthesis speed: seconds of audio made per second of compute (higher is better),
    over a paragraph spoken a few times through llamactl's `EspeakSynthesizer`.
-2. A realtime conversation turn on a running `llamactl serve` (SmolLM2-135M answers, Whisper
-   tiny.en hears, eSpeak NG speaks): a ~3 s spoken question is sent over `/v1/realtime` in real
-   time (100 ms appends, then silence, as a microphone would), server VAD ends the turn, and
-   the time from the **end of speech** (the last speech sample sent) to the **first audio
-   byte** of the answer is measured: p50 / p95 (target: p50 under 1.0 s on the project's
-   2-core machine). It includes the VAD's `silence_duration_ms` (500 ms by default), the
-   transcription, the prompt, the first sentence and its synthesis. The server's own
-   `response.done` latency metadata are printed beside it.
+2. Realtime conversation turns on a running `llamactl serve` (SmolLM2-135M answers, Whisper
+   tiny.en hears, eSpeak NG speaks), once with server VAD (500 ms of silence) and once with
+   semantic VAD (Smart Turn, eagerness auto): spoken questions, some with a pause in the
+   middle of the sentence ("I would like to know" · 700 ms · "the capital of France."), are
+   sent over `/v1/realtime` in real time (100 ms appends, then silence, as a microphone would).
+   Measured per mode: the time from the **end of speech** (the last speech sample sent) to the
+   **first audio byte** of the answer to the whole question, p50 / p95 (target: semantic p50
+   under 350 ms), and the **premature cut-offs**: turns the server ended before the speaker
+   had finished (a commit inside the question). The server's own `response.done` latency
+   metadata are printed beside them.
 
 Each turn opens a new session, so no turn can barge in on the previous answer's playback.
 """
@@ -41,6 +43,17 @@ from audiokit import silence, speech, to_rate, wer  # noqa: E402
 
 VOICE = "en-us+f2"
 QUESTION = "What is the capital of France, and why is it famous?"
+# the spoken turns: a sentence, or parts with the pause (s) between them
+TURNS: tuple[tuple[str | float, ...], ...] = (
+    (QUESTION,),
+    ("I would like to know", 0.7, "the capital of France."),
+    ("Where is the nearest train station?",),
+    ("Could you tell me", 0.8, "what time the train leaves?"),
+)
+MODES = {
+    "server VAD": {"type": "server_vad", "silence_duration_ms": 500},
+    "semantic VAD": {"type": "semantic_vad", "eagerness": "auto"},
+}
 PARAGRAPH = (
     "The weather is nice today and we are going to the park. Please send the report to my "
     "office before noon on Friday. The train to the city leaves at seven in the morning."
@@ -94,8 +107,20 @@ def start_server(threads: int) -> tuple[subprocess.Popen, int]:
         time.sleep(0.2)
 
 
-def one_turn(port: int, question: np.ndarray) -> dict:
-    """Speak `question` in real time; times from the end of speech, and the server's view."""
+def spoken_turn(parts: tuple[str | float, ...]) -> np.ndarray:
+    out = []
+    for part in parts:
+        if isinstance(part, str):
+            pcm, rate = speech(part, VOICE)
+            out.append(to_rate(pcm, rate, RATE))
+        else:
+            out.append(silence(part, RATE))
+    return np.concatenate(out)
+
+
+def one_turn(port: int, question: np.ndarray, turn_detection: dict) -> dict:
+    """Speak `question` in real time; times from the end of speech, the cut-offs before it,
+    and the server's view."""
     from websockets.sync.client import connect
 
     url = f"ws://127.0.0.1:{port}/v1/realtime"
@@ -110,13 +135,16 @@ def one_turn(port: int, question: np.ndarray) -> dict:
                         "instructions": "Answer in one short sentence.",
                         "max_output_tokens": 48,
                         "temperature": 0,
+                        "audio": {"input": {"turn_detection": turn_detection}},
                     },
                 }
             )
         )
         _wait(ws, "session.updated")
-        audio = np.concatenate([silence(0.3, RATE), question])
-        trailing = silence(3.0, RATE)  # the microphone keeps sending silence
+        lead = silence(0.3, RATE)
+        audio = np.concatenate([lead, question])
+        speech_end_ms = audio.size * 1000 / RATE
+        trailing = silence(5.0, RATE)  # the microphone keeps sending silence
         marks: dict[str, float] = {}
         stop = threading.Event()
 
@@ -140,17 +168,31 @@ def one_turn(port: int, question: np.ndarray) -> dict:
         sender = threading.Thread(target=send, daemon=True)
         sender.start()
         transcript = ""
+        cut_offs = 0
+        finished = False  # the commit that holds the whole question has come
+        answer_id: str | None = None
         try:
             while True:
                 event = json.loads(ws.recv(timeout=60))
                 kind = event["type"]
-                if kind == "response.output_audio.delta" and "first_audio" not in marks:
+                if kind == "input_audio_buffer.committed":
+                    if (event.get("audio_end_ms") or 0) < speech_end_ms - 100:
+                        cut_offs += 1
+                    else:
+                        finished = True
+                elif kind == "response.created" and finished and answer_id is None:
+                    answer_id = event["response"]["id"]
+                elif (
+                    kind == "response.output_audio.delta"
+                    and event.get("response_id") == answer_id
+                    and "first_audio" not in marks
+                ):
                     marks["first_audio"] = time.perf_counter()
                 elif kind == "conversation.item.input_audio_transcription.completed":
                     transcript = event["transcript"]
                 elif kind == "error":
                     raise RuntimeError(event["error"]["message"])
-                elif kind == "response.done":
+                elif kind == "response.done" and event["response"]["id"] == answer_id:
                     meta = event["response"].get("metadata") or {}
                     output = event["response"]["output"]
                     answer = output[0]["content"][0]["transcript"] if output else ""
@@ -162,6 +204,7 @@ def one_turn(port: int, question: np.ndarray) -> dict:
             sender.join()
     return {
         "latency": marks["first_audio"] - marks["speech_end"],
+        "cut_offs": cut_offs,
         "transcript": transcript,
         "answer": answer,
         "meta": meta,
@@ -184,38 +227,47 @@ def pct(values: list[float], q: float) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=10, help="realtime turns to time")
+    parser.add_argument("--turns", type=int, default=20, help="realtime turns per mode")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
 
     speed, per = espeak_speed()
     print(f"eSpeak NG: {speed:.0f} s of audio per s of compute ({per:.1f} s paragraph)")
 
-    pcm, rate = speech(QUESTION, VOICE)
-    question = to_rate(pcm, rate, RATE)
-    print(f"realtime turn: a {question.size / RATE:.1f} s spoken question, {args.runs} runs")
+    from llamactl.engine.audio.turn import fetch_model
+
+    fetch_model()  # semantic VAD's Smart Turn, from the pipecat-ai wheel (cached)
+    questions = [spoken_turn(TURNS[i % len(TURNS)]) for i in range(args.turns)]
+    paused = sum(len(TURNS[i % len(TURNS)]) > 1 for i in range(args.turns))
+    print(f"realtime turns: {args.turns} spoken questions per mode, {paused} with a pause")
     server, port = start_server(args.threads)
     try:
-        one_turn(port, question)  # warm up: loads the speech model, fills the prompt cache
-        turns = [one_turn(port, question) for _ in range(args.runs)]
+        one_turn(port, questions[0], MODES["server VAD"])  # warm up: speech model, prompt cache
+        one_turn(port, questions[0], MODES["semantic VAD"])  # ... and Smart Turn
+        results = {mode: [one_turn(port, q, td) for q in questions] for mode, td in MODES.items()}
     finally:
         server.terminate()
         server.wait(timeout=30)
-    first = turns[0]
+    first = results["server VAD"][0]
     print(f"  heard: {first['transcript']!r} (WER {wer(QUESTION, first['transcript']):.2f})")
     print(f"  answer: {first['answer']!r}")
-    lat = [t["latency"] * 1000 for t in turns]
-    print(
-        f"  end of speech -> first audio byte: p50 {statistics.median(lat):.0f} ms   "
-        f"p95 {pct(lat, 0.95):.0f} ms   target p50 < 1000 ms"
-    )
-    for key in ("transcription_ms", "first_text_ms", "first_audio_ms"):
-        values = [float(t["meta"][key]) for t in turns if key in t["meta"]]
-        if values:
-            print(
-                f"  server {key:<17} p50 {statistics.median(values):.0f} ms   "
-                f"p95 {pct(values, 0.95):.0f} ms"
-            )
+    print(f"  {'':<13} {'p50 ms':>7} {'p95 ms':>7} {'cut off':>8}   (end of speech -> first audio)")
+    for mode, turns in results.items():
+        lat = [t["latency"] * 1000 for t in turns]
+        cut = sum(t["cut_offs"] > 0 for t in turns)
+        print(
+            f"  {mode:<13} {statistics.median(lat):>7.0f} {pct(lat, 0.95):>7.0f} "
+            f"{cut:>4} / {len(turns)}"
+        )
+    print("  target: semantic p50 < 350 ms, no more cut-offs than server VAD")
+    for mode, turns in results.items():
+        for key in ("transcription_ms", "first_text_ms", "first_audio_ms"):
+            values = [float(t["meta"][key]) for t in turns if key in t["meta"]]
+            if values:
+                print(
+                    f"  {mode:<13} server {key:<17} p50 {statistics.median(values):.0f} ms   "
+                    f"p95 {pct(values, 0.95):.0f} ms"
+                )
     return 0
 
 

@@ -206,3 +206,24 @@ def fim_basic_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     path = tmp_path_factory.mktemp("fim_basic") / "smollm2-fim-basic.gguf"
     return build_fim_copy(embedded_model_path(), path, kinds=("pre", "suf", "mid"))
+
+
+@pytest.fixture(scope="session")
+def smart_turn_model() -> Path:
+    """Smart Turn v3.2, taken out of the pipecat-ai wheel from PyPI once into the user's
+    cache (session scope runs before `isolated_dirs`); skipped with the reason offline."""
+    import subprocess
+
+    from llamactl.engine.audio.turn import fetch_model
+
+    try:
+        return fetch_model()
+    except subprocess.CalledProcessError as exc:  # no route to PyPI
+        pytest.skip(f"the pipecat-ai wheel (Smart Turn) could not be fetched: {exc}")
+
+
+@pytest.fixture
+def smart_turn(smart_turn_model: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Semantic turn detection finds Smart Turn (LLAMACTL_SMART_TURN_MODEL) in this test."""
+    monkeypatch.setenv("LLAMACTL_SMART_TURN_MODEL", str(smart_turn_model))
+    return smart_turn_model

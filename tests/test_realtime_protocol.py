@@ -32,7 +32,7 @@ SESSION_T = [  # transcription session.update bodies
     {"audio": {"input": {"transcription": {"language": 5}}}},
     {"audio": {"input": {"transcription": {"prompt": ["a"]}}}},
     {"audio": {"input": {"turn_detection": "on"}}},
-    {"audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}},
+    {"audio": {"input": {"turn_detection": {"type": "smart_vad"}}}},
     {"audio": {"input": {"turn_detection": {"threshold": 2}}}},
     {"audio": {"input": {"turn_detection": {"threshold": True}}}},
     {"audio": {"input": {"turn_detection": {"prefix_padding_ms": "a"}}}},
@@ -251,3 +251,35 @@ def test_effective_sessions_are_unchanged():
         protocol.check_server_event(
             {"type": "session.updated", "event_id": "e", "session": session}
         )
+
+
+def test_semantic_vad_is_accepted_echoed_and_mapped_to_the_engine_rule():
+    from llamactl import EAGERNESS, semantic_turn
+
+    assert protocol.EAGERNESS_LEVELS == EAGERNESS  # the wire names are the engine's table's
+    td = {"type": "semantic_vad", "eagerness": "high"}
+    t = _transcription({"audio": {"input": {"turn_detection": td}}})
+    assert t.turn_detection == td and t.semantic() == semantic_turn("high")
+    session = t.to_session("sess_x")
+    protocol.check_server_event({"type": "session.updated", "event_id": "e", "session": session})
+    r = _conversation({"audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}})
+    assert r.input.turn_detection == {
+        "type": "semantic_vad",
+        "eagerness": "auto",
+        "create_response": True,
+        "interrupt_response": True,
+    }
+    assert r.create_response and r.interrupt_response and r.input.semantic() == semantic_turn()
+    protocol.check_server_event(
+        {"type": "session.updated", "event_id": "e", "session": r.to_session("sess_x")}
+    )
+    back = cc.merge(
+        r, {"audio": {"input": {"turn_detection": {"type": "server_vad"}}}}, {"w"}, set()
+    )
+    assert back.input.semantic() is None and back.input.turn_detection["type"] == "server_vad"
+    with pytest.raises(ProtocolError) as refused:
+        _transcription({"audio": {"input": {"turn_detection": {**td, "eagerness": "eager"}}}})
+    assert refused.value.param == "session.audio.input.turn_detection.eagerness"
+    off = {"type": "semantic_vad", "create_response": "yes"}
+    with pytest.raises(ProtocolError, match="create_response must be a boolean"):
+        _conversation({"audio": {"input": {"turn_detection": off}}})

@@ -271,7 +271,7 @@ def test_protocol_errors_leave_the_socket_usable(client):
     client.send("input_audio_buffer.append", audio="***", event_id="evt_1")
     bad_rate = {"type": "transcription", "audio": {"input": {"format": {"rate": 1000}}}}
     client.send("session.update", session=bad_rate)
-    semantic = {"audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}}
+    semantic = {"audio": {"input": {"turn_detection": {"type": "smart_vad"}}}}
     client.send("session.update", session=semantic)
     errors = [client.recv() for _ in range(5)]
     assert [e["type"] for e in errors] == ["error"] * 5
@@ -279,7 +279,7 @@ def test_protocol_errors_leave_the_socket_usable(client):
     assert codes[:2] == ["invalid_json", "unknown_event"]
     assert errors[2]["error"]["event_id"] == "evt_1" and errors[2]["error"]["param"] == "audio"
     assert errors[3]["error"]["param"] == "session.audio.input.format.rate"
-    assert "semantic_vad" in errors[4]["error"]["message"]
+    assert "smart_vad" in errors[4]["error"]["message"]
     client.send("input_audio_buffer.commit")
     assert client.until(_COMPLETED)[-1]["transcript"] == ""
 

@@ -217,3 +217,51 @@ def test_transcribe_and_tui_list_devices_alike(monkeypatch, devices):
         assert "USB mic" in results[0].stdout and results[0].stdout.startswith("*")
     else:
         assert results[0].stdout == "" and "No input devices found." in results[0].stderr
+
+
+def _paused_sentence() -> np.ndarray:
+    """'I would like to know' · 700 ms · 'the capital of France.' · 4.5 s, at 16 kHz."""
+    from audiokit import speech
+
+    parts = []
+    for text, after in (("I would like to know", 0.7), ("the capital of France.", 4.5)):
+        pcm, rate = speech(text, "en-us")
+        parts += [to_rate(pcm, rate, 16000), silence(after, 16000)]
+    return np.concatenate([silence(0.5, 16000), *parts])
+
+
+@pytest.mark.slow
+def test_mic_with_semantic_turns_keeps_a_paused_sentence_on_one_line(
+    monkeypatch, smart_turn, sigint_raises
+):
+    pcm16 = _paused_sentence()
+    monkeypatch.setattr(
+        transcribe_cli, "MIC_STREAM_FACTORY", lambda **kw: FileInputStream(pcm16, **kw)
+    )
+    server = run("--mic", "--json", "--turn", "server")
+    semantic = run("--mic", "--json", "--turn", "semantic")
+    assert server.exit_code == 0 and semantic.exit_code == 0, (server.output, semantic.output)
+    assert len(server.stdout.splitlines()) == 2  # cut at the pause
+    lines = [json.loads(line)["text"].lower() for line in semantic.stdout.splitlines()]
+    assert len(lines) == 1 and "know" in lines[0] and "capital" in lines[0], lines
+
+
+@pytest.mark.slow
+def test_semantic_turns_without_smart_turn_is_a_clear_message(monkeypatch, tmp_path):
+    monkeypatch.setenv("LLAMACTL_SMART_TURN_MODEL", str(tmp_path / "absent.onnx"))
+    path = tmp_path / "a.wav"
+    path.write_bytes(wav_bytes(silence(0.5, 16000), 16000))
+    result = run(str(path), "--turn", "semantic")
+    assert result.exit_code == 1
+    assert "Smart Turn" in result.stderr and "Traceback" not in result.output
+
+
+def test_turn_choices_are_the_clients(monkeypatch):
+    from llamactl.cli._turns import Eagerness, TurnMode
+    from llamactl.realtime.client import TURN_MODES
+    from llamactl.realtime.protocol import EAGERNESS_LEVELS
+
+    assert tuple(m.value for m in TurnMode) == TURN_MODES
+    assert tuple(e.value for e in Eagerness) == EAGERNESS_LEVELS
+    result = run("x.wav", "--turn", "sometimes")
+    assert result.exit_code == 2 and "sometimes" in result.output

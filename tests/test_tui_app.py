@@ -183,19 +183,44 @@ def test_push_to_talk_sends_audio_then_commit_and_shows_transcript(fake):
     run(scenario)
 
 
-def test_f3_switches_turn_taking_and_updates_the_session(fake):
+def test_f3_cycles_server_vad_semantic_vad_and_push_to_talk(fake):
     async def scenario():
         app = make_app(fake.url)
         async with app.run_test(size=SIZE) as pilot:
             await connected(pilot)
             assert app.mic.mode == "VAD" and app.mic.active
+            assert app.status.turn == "server VAD"
+            await pilot.press("f3")
+            assert app.mic.mode == "SEM" and app.mic.active
+            assert app.status.turn == "semantic VAD (auto)"
+            await wait_for(pilot, lambda: len(fake.of_type("session.update")) == 2)
             await pilot.press("f3")
             assert app.mic.mode == "PTT" and not app.mic.active
-            await wait_for(pilot, lambda: len(fake.of_type("session.update")) == 2)
+            assert app.status.turn == "push to talk"
+            await wait_for(pilot, lambda: len(fake.of_type("session.update")) == 3)
             await pilot.press("ctrl+t")  # start talking
             assert app.mic.active
-        second = fake.of_type("session.update")[1]["session"]
-        assert second["audio"]["input"]["turn_detection"] is None
+            await pilot.press("f3")
+            assert app.mic.mode == "VAD" and app.status.turn == "server VAD"
+            await wait_for(pilot, lambda: len(fake.of_type("session.update")) == 4)
+        updates = [
+            u["session"]["audio"]["input"]["turn_detection"] for u in fake.of_type("session.update")
+        ]
+        assert updates[1] == {"type": "semantic_vad", "eagerness": "auto"}
+        assert updates[2] is None
+        assert updates[3]["type"] == "server_vad"
+
+    run(scenario)
+
+
+def test_the_turn_mode_and_eagerness_given_at_start(fake):
+    async def scenario():
+        app = make_app(fake.url, turn="semantic", eagerness="high")
+        async with app.run_test(size=SIZE) as pilot:
+            await connected(pilot)
+            assert app.mic.mode == "SEM" and app.status.turn == "semantic VAD (high)"
+        first = fake.of_type("session.update")[0]["session"]["audio"]["input"]["turn_detection"]
+        assert first == {"type": "semantic_vad", "eagerness": "high"}
 
     run(scenario)
 

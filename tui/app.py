@@ -21,7 +21,7 @@ from textual.widgets import Footer, Input
 
 from llamactl import AudioDeviceError, ConnectionClosedError, RealtimeClientError, RepetitionGuard
 from llamactl.devices import Player, input_devices, open_player
-from llamactl.realtime.client import RealtimeClient, session_config
+from llamactl.realtime.client import TURN_HELP, TURN_MODES, RealtimeClient, session_config
 
 from . import events as ev
 from .audio import AudioSource, MicSource, level_dbfs
@@ -29,7 +29,8 @@ from .widgets import ChatLine, DevicePicker, History, MicBar, ReasoningPane, Sta
 
 HELP = (
     "Speak (voice activity ends your turn) or type below and press enter. Keys: ctrl+t "
-    "mutes the mic, or talks in push-to-talk mode (f3 switches); escape interrupts the answer; "
+    "mutes the mic, or talks in push-to-talk mode (f3 cycles server VAD, semantic VAD and "
+    "push to talk); escape interrupts the answer; "
     "ctrl+s ends the model's reasoning now; ctrl+r shows the reasoning; f2 picks the "
     "microphone; ctrl+q quits. Commands: /reset (new conversation, reconnects), /devices, "
     "/help, /quit."
@@ -83,7 +84,7 @@ class ChatApp(App[None]):
         Binding("ctrl+s", "skip_reasoning", "Skip reasoning", priority=True),
         Binding("ctrl+r", "toggle_reasoning", "Reasoning", priority=True),
         Binding("f2", "devices", "Mic"),
-        Binding("f3", "toggle_vad", "VAD/PTT"),
+        Binding("f3", "cycle_turn", "Turns"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("pageup", "history_page(-1)", "Scroll up", show=False),
         Binding("pagedown", "history_page(1)", "Scroll down", show=False),
@@ -97,6 +98,8 @@ class ChatApp(App[None]):
         model: str | None = None,
         device: int | None = None,
         vad: bool = True,
+        turn: str | None = None,
+        eagerness: str = "auto",
         server_label: str | None = None,
         instructions: str | None = None,
         reasoning_budget: int | None = None,
@@ -109,7 +112,8 @@ class ChatApp(App[None]):
         self.api_key = api_key
         self.model = model
         self.device = device
-        self.vad = vad
+        self.turn = turn or ("server" if vad else "manual")  # one of TURN_MODES
+        self.eagerness = eagerness  # for semantic turns
         self.server_label = server_label or url
         self.instructions = instructions
         self.reasoning_budget = reasoning_budget  # thinking tokens per answer (None: server's)
@@ -138,7 +142,12 @@ class ChatApp(App[None]):
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
-        yield StatusBar(self.server_label, reasoning_budget=self.reasoning_budget, id="status")
+        yield StatusBar(
+            self.server_label,
+            reasoning_budget=self.reasoning_budget,
+            turn=self._turn_label(),
+            id="status",
+        )
         yield History(id="history")
         yield ReasoningPane(id="reasoning")
         yield MicBar(id="mic")
@@ -168,7 +177,7 @@ class ChatApp(App[None]):
         self.player, why = self.player_factory()
         if why:
             self.say("system", f"No sound output ({why}): answers are shown as text only.")
-        self.mic.set(mode="VAD" if self.vad else "PTT")
+        self.mic.set(mode=self._mic_mode())
         self._sender()
         self.start_session()
         self.start_mic()
@@ -245,9 +254,23 @@ class ChatApp(App[None]):
                 self.status.set(model=ids[0])
         self.set_state(self._idle_state())
 
+    @property
+    def vad(self) -> bool:
+        """Does the server end turns (server or semantic VAD), rather than ctrl+t?"""
+        return self.turn != "manual"
+
+    def _mic_mode(self) -> str:
+        return {"server": "VAD", "semantic": "SEM"}.get(self.turn, "PTT")
+
+    def _turn_label(self) -> str:
+        if self.turn == "semantic":
+            return f"semantic VAD ({self.eagerness})"
+        return "server VAD" if self.turn == "server" else "push to talk"
+
     def _session_config(self) -> dict[str, Any]:
         return session_config(
-            vad=self.vad,
+            turn=self.turn,
+            eagerness=self.eagerness,
             audio_out=self.player.available,
             instructions=self.instructions,
             reasoning_budget=self.reasoning_budget,
@@ -569,13 +592,15 @@ class ChatApp(App[None]):
     def _skip_note(self, response_id: str) -> str:
         return "reasoning skipped" if response_id in self._skipped else ""
 
-    def action_toggle_vad(self) -> None:
-        self.vad = not self.vad
+    def action_cycle_turn(self) -> None:
+        """server VAD → semantic VAD → push to talk → server VAD."""
+        self.turn = TURN_MODES[(TURN_MODES.index(self.turn) + 1) % len(TURN_MODES)]
         self.sending = self.vad and self.source is not None
-        self.mic.set(mode="VAD" if self.vad else "PTT", active=self.sending)
+        self.mic.set(mode=self._mic_mode(), active=self.sending)
+        self.status.set(turn=self._turn_label())
         config = self._session_config()
         self.send("session", {"type": "realtime", "audio": {"input": config["audio"]["input"]}})
-        mode = "voice activity ends turns" if self.vad else "push to talk: ctrl+t starts/sends"
+        mode = TURN_HELP[self.turn] + (" (ctrl+t starts/sends)" if not self.vad else "")
         self.say("system", f"Turn taking: {mode}.")
         if self.client is not None:
             self.set_state(self._idle_state())

@@ -37,11 +37,19 @@ class TurnLatency:
 
 
 class StatusBar(Static):
-    """One line: server, model, session state, last turn's latencies."""
+    """One line: server, model, session state, how turns end, last turn's latencies."""
 
-    def __init__(self, server: str, *, reasoning_budget: int | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        server: str,
+        *,
+        reasoning_budget: int | None = None,
+        turn: str = "server VAD",
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.server = server
+        self.turn = turn
         self.reasoning_budget = reasoning_budget  # shown when the session bounds thinking
         self.model = "—"
         self.state = "connecting"
@@ -62,6 +70,8 @@ class StatusBar(Static):
             (self.model, "bold"),
             " · ",
             (self.state, "bold italic"),
+            " · ",
+            self.turn,
             " · last turn: ",
             self.latency.describe(),
             " · ",
@@ -186,8 +196,9 @@ class MicBar(Static):
         bar.append("█" * filled, style="green" if self.db < -6 else "red")
         bar.append("░" * (self.WIDTH - filled), style="dim")
         bar.append("▏")
-        if self.mode == "VAD":
-            mode = "listening (voice activity)" if self.active else "muted · ctrl+t unmutes"
+        if self.mode in ("VAD", "SEM"):
+            heard = "semantic turns" if self.mode == "SEM" else "voice activity"
+            mode = f"listening ({heard})" if self.active else "muted · ctrl+t unmutes"
         else:
             mode = "talking… ctrl+t sends" if self.active else "push to talk · ctrl+t"
         self.update(

@@ -2,9 +2,10 @@
 
 Two engines, one output: in-process (the speech engine's `TranscriptionStream`) or, with
 `--url`, a client of a running server's `/v1/realtime` transcription session. Both run with
-voice-activity turn detection, so each utterance becomes one final line (or one JSON object)
-with the same start, end and text either way. While someone speaks, the line being spoken
-updates in place at a terminal; in a pipe only final lines are written.
+turn detection (`--turn`: voice activity, semantic, or none), so each utterance becomes one
+final line (or one JSON object) with the same start, end and text either way. While someone
+speaks, the line being spoken updates in place at a terminal; in a pipe only final lines are
+written.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from llamactl import EXIT_INTERRUPTED, LlamactlError
 from llamactl.cli._devices import print_input_devices
 from llamactl.cli._output import color_enabled, is_tty, print_error
 from llamactl.cli._settings_options import setting_help
+from llamactl.cli._turns import EAGERNESS_HELP, TURN_HELP, Eagerness, TurnMode
 
 if TYPE_CHECKING:  # imported when --url is used: pydantic models take a while to build
     from llamactl.realtime import protocol
@@ -45,6 +47,7 @@ llamactl transcribe meeting.wav                 # one line per utterance
 llamactl transcribe talk.mp3 --json | jq .text  # {"start", "end", "text"} per line
 arecord -f S16_LE -r 16000 -c 1 | llamactl transcribe - --rate 16000
 llamactl transcribe --mic                       # live captions; Ctrl-C to stop
+llamactl transcribe --mic --turn semantic       # a pause mid-sentence does not cut the line
 llamactl transcribe --mic --url http://127.0.0.1:8080
 ```
 """
@@ -146,6 +149,18 @@ def transcribe_command(
             show_default=False,
         ),
     ] = None,
+    turn: Annotated[
+        TurnMode,
+        typer.Option(
+            "--turn",
+            help=TURN_HELP.format(manual="one transcript when the input ends"),
+            rich_help_panel=_MODEL,
+        ),
+    ] = TurnMode.server,
+    eagerness: Annotated[
+        Eagerness,
+        typer.Option("--eagerness", help=EAGERNESS_HELP, rich_help_panel=_MODEL),
+    ] = Eagerness.auto,
     json_output: Annotated[
         bool,
         typer.Option(
@@ -182,9 +197,16 @@ def transcribe_command(
         audio = _file_source(source, stop)
     captions = Captions(view)
     runner: Runner = (
-        RealtimeRunner(url, api_key, language)
+        RealtimeRunner(url, api_key, language, turn=turn.value, eagerness=eagerness.value)
         if url
-        else LocalRunner(model, language, threads, partials=view.live)
+        else LocalRunner(
+            model,
+            language,
+            threads,
+            partials=view.live,
+            turn=turn.value,
+            eagerness=eagerness.value,
+        )
     )
     interrupted = False
     try:
@@ -369,7 +391,14 @@ def _interruptible(step: Callable[[], bool], stop: threading.Event, audio: Audio
 # ----------------------------------------------------------- in-process engine
 class LocalRunner(Runner):
     def __init__(
-        self, model: str | None, language: str | None, threads: int | None, *, partials: bool
+        self,
+        model: str | None,
+        language: str | None,
+        threads: int | None,
+        *,
+        partials: bool,
+        turn: str = "server",
+        eagerness: str = "auto",
     ) -> None:
         from llamactl.config import load_settings
 
@@ -377,6 +406,8 @@ class LocalRunner(Runner):
         self.settings = settings
         self.language = language
         self.partials = partials
+        self.turn = turn
+        self.eagerness = eagerness
 
     def run(self, audio: AudioSource, captions: Captions, stop: threading.Event) -> None:
         from llamactl import (
@@ -388,6 +419,7 @@ class LocalRunner(Runner):
             SpeechStarted,
             SpeechStopped,
             StreamFailed,
+            semantic_turn,
         )
 
         s = self.settings
@@ -399,7 +431,8 @@ class LocalRunner(Runner):
         try:
             stream = service.open_stream(
                 language=self.language,
-                turn_detection=True,
+                turn_detection=self.turn != "manual",
+                semantic=semantic_turn(self.eagerness) if self.turn == "semantic" else None,
                 partials=self.partials,
                 input_rate=audio.rate,
             )
@@ -451,12 +484,22 @@ class LocalRunner(Runner):
 
 # ---------------------------------------------------------------- via a server
 class RealtimeRunner(Runner):
-    """A client of `/v1/realtime?intent=transcription` with server_vad turn detection."""
+    """A client of `/v1/realtime?intent=transcription`, turns detected by the server."""
 
-    def __init__(self, url: str, api_key: str | None, language: str | None) -> None:
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None,
+        language: str | None,
+        *,
+        turn: str = "server",
+        eagerness: str = "auto",
+    ) -> None:
         self.url = url
         self.api_key = (api_key or "").split(",")[0].strip() or None
         self.language = language
+        self.turn = turn
+        self.eagerness = eagerness
 
     def run(self, audio: AudioSource, captions: Captions, stop: threading.Event) -> None:
         from llamactl.realtime.client import BlockingClient, RealtimeClient
@@ -485,7 +528,11 @@ class RealtimeRunner(Runner):
         from llamactl.realtime.client import transcription_session_config
 
         self._await(session, protocol.SessionCreated)
-        session.update_session(transcription_session_config(rate=WIRE_RATE, language=self.language))
+        session.update_session(
+            transcription_session_config(
+                rate=WIRE_RATE, language=self.language, turn=self.turn, eagerness=self.eagerness
+            )
+        )
         self._await(session, protocol.SessionUpdated)
 
     def _stream(

@@ -11,6 +11,7 @@ import typer
 from llamactl import LlamactlError
 from llamactl.cli._devices import print_input_devices
 from llamactl.cli._output import stderr_console
+from llamactl.cli._turns import EAGERNESS_HELP, TURN_HELP, Eagerness, TurnMode
 
 HELP = """Talk with a model: speak or type, read and hear the answer, skip its reasoning.
 
@@ -23,13 +24,14 @@ EPILOG = """**Examples**
 ```
 llamactl tui                                  # local server, embedded models, default mic
 llamactl tui -m ~/models/qwen3-4b.gguf --ptt  # push to talk (ctrl+t) instead of voice activity
+llamactl tui --turn semantic --eagerness high  # turns end when you sound finished
 llamactl tui --url http://127.0.0.1:8080 --api-key s3cret
 llamactl tui -m qwen3-4b --reasoning-budget 64  # think briefly, then speak
 llamactl tui --list-devices                   # input devices for --device
 ```
 
 Keys: ctrl+t talk/mute, escape interrupt, ctrl+s skip reasoning, ctrl+r show reasoning,
-f2 microphone, f3 voice activity / push to talk, ctrl+q quit. See docs/tui.md.
+f2 microphone, f3 cycles server VAD / semantic VAD / push to talk, ctrl+q quit. See docs/tui.md.
 """
 
 
@@ -56,8 +58,17 @@ def tui_command(
     ] = None,
     ptt: Annotated[
         bool,
-        typer.Option("--ptt", help="Push to talk (ctrl+t starts and sends) instead of VAD."),
+        typer.Option("--ptt", help="Push to talk (ctrl+t starts and sends): --turn manual."),
     ] = False,
+    turn: Annotated[
+        TurnMode,
+        typer.Option(
+            "--turn", help=TURN_HELP.format(manual="push to talk: ctrl+t starts and sends")
+        ),
+    ] = TurnMode.server,
+    eagerness: Annotated[Eagerness, typer.Option("--eagerness", help=EAGERNESS_HELP)] = (
+        Eagerness.auto
+    ),
     audio_file: Annotated[
         Path | None,
         typer.Option(
@@ -106,7 +117,8 @@ def tui_command(
             api_key=api_key,
             model=model if server is None else None,
             device=device,
-            vad=not ptt,
+            turn="manual" if ptt else turn.value,
+            eagerness=eagerness.value,
             server_label=label,
             reasoning_budget=reasoning_budget,
             source_factory=source_factory,

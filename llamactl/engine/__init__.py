@@ -45,6 +45,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     # speech in
     "llamactl.engine.audio": (
+        "EAGERNESS",
         "AudioService",
         "Cleared",
         "Committed",
@@ -52,6 +53,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "Final",
         "Partial",
         "Segment",
+        "SemanticTurn",
+        "SmartTurn",
         "SpeechStarted",
         "SpeechStopped",
         "StreamEvent",
@@ -59,6 +62,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "Transcriber",
         "TranscriptionStream",
         "VadConfig",
+        "semantic_turn",
     ),
     "llamactl.engine.audio.decode": ("read_audio",),
     "llamactl.engine.audio.load": ("EMBEDDED_ALIASES",),
@@ -88,6 +92,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 
 if TYPE_CHECKING:
     from llamactl.engine.audio import (
+        EAGERNESS,
         AudioService,
         Cleared,
         Committed,
@@ -95,6 +100,8 @@ if TYPE_CHECKING:
         Final,
         Partial,
         Segment,
+        SemanticTurn,
+        SmartTurn,
         SpeechStarted,
         SpeechStopped,
         StreamEvent,
@@ -102,6 +109,7 @@ if TYPE_CHECKING:
         Transcriber,
         TranscriptionStream,
         VadConfig,
+        semantic_turn,
     )
     from llamactl.engine.audio.decode import read_audio
     from llamactl.engine.audio.load import EMBEDDED_ALIASES
@@ -158,6 +166,7 @@ if TYPE_CHECKING:
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
+    "EAGERNESS",
     "EMBEDDED_ALIASES",
     "MEDIA_TYPES",
     "UNSUPPORTED_MEDIA_MESSAGES",
@@ -195,8 +204,10 @@ __all__ = [
     "RenderedChat",
     "SamplingParams",
     "Segment",
+    "SemanticTurn",
     "SlotInfo",
     "SlotJob",
+    "SmartTurn",
     "SpeechStarted",
     "SpeechStopped",
     "StreamEvent",
@@ -228,6 +239,7 @@ __all__ = [
     "open_synthesizer",
     "parse_spec_types",
     "pcm_bytes",
+    "semantic_turn",
     "read_audio",
     "rerank_template",
     "rerank_tokens",

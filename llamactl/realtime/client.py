@@ -37,12 +37,15 @@ from . import protocol
 
 __all__ = [
     "RATE",
+    "TURN_HELP",
+    "TURN_MODES",
     "BlockingClient",
     "ControlResult",
     "Endpoint",
     "RealtimeClient",
     "session_config",
     "transcription_session_config",
+    "turn_detection",
 ]
 
 RATE = protocol.DEFAULT_RATE  # PCM16 mono, both directions: OpenAI's rate, llamactl's default
@@ -99,26 +102,46 @@ def _body(model: type[protocol.TranscriptionSession | protocol.RealtimeSession],
     return model.model_validate(fields).model_dump(mode="json", exclude_unset=True)
 
 
+TURN_MODES = ("server", "semantic", "manual")
+TURN_HELP = {
+    "server": "server VAD: a turn ends after 500 ms of silence",
+    "semantic": "semantic VAD: a turn ends when the speaker sounds finished (Smart Turn)",
+    "manual": "push to talk: the client commits each turn",
+}
+
+
+def turn_detection(mode: str, eagerness: str = "auto") -> dict[str, Any] | None:
+    """`audio.input.turn_detection` for a turn mode of `TURN_MODES` (manual: None)."""
+    if mode == "server":
+        return {
+            "type": "server_vad",
+            "threshold": 0.5,
+            "prefix_padding_ms": 300,
+            "silence_duration_ms": 500,
+        }
+    if mode == "semantic":
+        return {"type": "semantic_vad", "eagerness": eagerness}
+    if mode == "manual":
+        return None
+    raise ValueError(f"turn mode must be one of {', '.join(TURN_MODES)}, got {mode!r}")
+
+
 def session_config(
     *,
-    vad: bool,
+    vad: bool = True,
+    turn: str | None = None,
+    eagerness: str = "auto",
     audio_out: bool,
     rate: int = RATE,
     instructions: str | None = None,
     transcription_model: str | None = None,
     reasoning_budget: int | None = None,
 ) -> dict[str, Any]:
-    """A conversation's `session.update` body: PCM16 both ways, server VAD or client commits
-    (push to talk), spoken or text-only answers. The user's speech is always transcribed.
-    `reasoning_budget` bounds each answer's thinking (llamactl's extension)."""
-    turn = None
-    if vad:
-        turn = {
-            "type": "server_vad",
-            "threshold": 0.5,
-            "prefix_padding_ms": 300,
-            "silence_duration_ms": 500,
-        }
+    """A conversation's `session.update` body: PCM16 both ways, turns by `turn` (a mode of
+    `TURN_MODES`; left out, server VAD if `vad` else push to talk), spoken or text-only
+    answers. The user's speech is always transcribed. `reasoning_budget` bounds each
+    answer's thinking (llamactl's extension)."""
+    detection = turn_detection(turn or ("server" if vad else "manual"), eagerness)
     transcription = {"model": transcription_model} if transcription_model else {}
     fields: dict[str, Any] = {
         "type": "realtime",
@@ -127,7 +150,7 @@ def session_config(
             "input": {
                 "format": {"type": "audio/pcm", "rate": rate},
                 "transcription": transcription,
-                "turn_detection": turn,
+                "turn_detection": detection,
             },
             "output": {"format": {"type": "audio/pcm", "rate": rate}},
         },
@@ -139,8 +162,10 @@ def session_config(
     return _body(protocol.RealtimeSession, **fields)
 
 
-def transcription_session_config(*, rate: int, language: str | None) -> dict[str, Any]:
-    """A transcription session's `session.update` body: PCM16 at `rate`, server VAD."""
+def transcription_session_config(
+    *, rate: int, language: str | None, turn: str = "server", eagerness: str = "auto"
+) -> dict[str, Any]:
+    """A transcription session's `session.update` body: PCM16 at `rate`, turns by `turn`."""
     return _body(
         protocol.TranscriptionSession,
         type="transcription",
@@ -148,7 +173,7 @@ def transcription_session_config(*, rate: int, language: str | None) -> dict[str
             "input": {
                 "format": {"type": "audio/pcm", "rate": rate},
                 "transcription": {"language": language},
-                "turn_detection": {"type": "server_vad"},
+                "turn_detection": turn_detection(turn, eagerness),
             }
         },
     )

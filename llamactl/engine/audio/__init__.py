@@ -1,4 +1,5 @@
-"""Speech in: transcribers (faster-whisper, llama.cpp `mtmd`), streaming transcription, VAD.
+"""Speech in: transcribers (faster-whisper, llama.cpp `mtmd`), streaming transcription, VAD,
+semantic turn detection (Smart Turn).
 
 Only this package touches the speech runtimes; front ends use `AudioService` (one compute
 thread shared by every stream and batch request) and the event types in `types`.
@@ -6,9 +7,11 @@ thread shared by every stream and batch request) and the event types in `types`.
 
 from __future__ import annotations
 
+from .semantic import EAGERNESS, SemanticTurn, semantic_turn
 from .service import AudioService
 from .stream import TranscriptionStream
 from .transcriber import Transcriber
+from .turn import SmartTurn
 from .types import (
     Cleared,
     Committed,
@@ -24,6 +27,7 @@ from .types import (
 from .vad import VadConfig
 
 __all__ = [
+    "EAGERNESS",
     "AudioService",
     "Cleared",
     "Committed",
@@ -31,6 +35,8 @@ __all__ = [
     "Final",
     "Partial",
     "Segment",
+    "SemanticTurn",
+    "SmartTurn",
     "SpeechStarted",
     "SpeechStopped",
     "StreamEvent",
@@ -38,4 +44,5 @@ __all__ = [
     "Transcriber",
     "TranscriptionStream",
     "VadConfig",
+    "semantic_turn",
 ]

@@ -15,12 +15,20 @@ Work done ahead keeps commits fast: while someone speaks, the open region is rea
 read up to its padded end. When the region is then closed (by silence or a commit) and only
 silence separates the two ends, that reading is the final one and costs nothing more.
 
+Semantic turn detection (`semantic`, a `SemanticTurn`): when the speech of a turn goes
+quiet, Smart Turn reads the turn's audio (its last 8 s) after the level's short silence; a
+turn judged finished is committed there, one judged unfinished waits longer (bounded, see
+`semantic.py`), and speech resuming keeps it open, as one region. The VAD waits for each
+reading before it applies the next window, so where a turn ends depends on the audio only,
+never on how fast it arrived or was read.
+
 Events go to `sink` (called under the stream's lock, so it must not block: hand them to a
 queue or an event loop), or to an internal queue read with `next_event`.
 """
 
 from __future__ import annotations
 
+import enum
 import queue
 import threading
 from collections import deque
@@ -35,7 +43,11 @@ from llamactl.core.errors import (
 )
 
 from .pcm import StreamResampler, check_rate, resample, to_float32
+from .semantic import SemanticTurn
 from .transcriber import join_text
+from .turn import RATE as TURN_RATE
+from .turn import WINDOW_S as TURN_WINDOW_S
+from .turn import SmartTurn
 from .types import (
     Cleared,
     Committed,
@@ -52,8 +64,14 @@ from .types import (
 from .vad import VAD_RATE, WINDOW, SileroStream, VadConfig
 from .worker import AudioWorker, Job
 
+_TURN_N = TURN_RATE * TURN_WINDOW_S  # the samples Smart Turn reads
+
 MAX_VAD_WINDOWS = 64  # 2 s of audio per VAD job, so one stream never hogs the worker
 MIN_READ_S = 0.3
+
+
+class _Keep(enum.Enum):
+    KEEP = 0  # configure(): leave the setting as it is
 
 
 @dataclass(eq=False)
@@ -68,6 +86,9 @@ class _Region:
     read_text: str = ""
     partial_at: int = 0
     dead: bool = False
+    # semantic turns: the quiet stretch Smart Turn read, and its P(finished) (None: not yet)
+    turn_quiet: int | None = None
+    turn_p: float | None = None
 
     def reusable(self, end_padding: int) -> bool:
         """Does the reading done ahead cover the closed region's speech and its end padding?
@@ -99,6 +120,7 @@ class TranscriptionStream:
         prompt: str | None = None,
         vad: VadConfig | None = None,
         turn_detection: bool = False,
+        semantic: SemanticTurn | None = None,
         partials: bool = True,
         partial_interval: float = 0.8,
         input_rate: int = 16000,
@@ -111,6 +133,8 @@ class TranscriptionStream:
         self.prompt = prompt
         self.vad = vad or VadConfig()
         self.turn_detection = turn_detection
+        self.semantic = semantic
+        self._smart_turn = SmartTurn() if semantic is not None else None
         self.partials = partials
         self.partial_interval = partial_interval
         self.input_rate = check_rate(input_rate)
@@ -136,6 +160,11 @@ class TranscriptionStream:
         self._segments: dict[int, list[Segment]] = {}
         self._closed = False
         self._failed: str | None = None
+        # semantic turns: the (region, window end) the VAD waits at for a Smart Turn reading,
+        # whether that reading is under way, and the VAD results held back meanwhile
+        self._turn_wait: tuple[_Region, int] | None = None
+        self._turn_asked = False
+        self._held_probs: tuple[int, np.ndarray] | None = None
         worker.add_stream(self)
 
     # ------------------------------------------------------------ callers
@@ -153,13 +182,22 @@ class TranscriptionStream:
         *,
         vad: VadConfig | None = None,
         turn_detection: bool | None = None,
+        semantic: SemanticTurn | None | _Keep = _Keep.KEEP,
         language: str | None = None,
         prompt: str | None = None,
     ) -> None:
         """Change a live stream: VAD from the next window, language and prompt from the next
-        reading. `language=""` / `prompt=""` reset them."""
+        reading. `language=""` / `prompt=""` reset them; `semantic=None` turns semantic turn
+        detection off (ModelNotFoundError, changing nothing, if Smart Turn is missing)."""
         checked = self._transcriber.check_language(language) if language is not None else None
+        smart = None
+        if isinstance(semantic, SemanticTurn):
+            smart = self._smart_turn or SmartTurn()
         with self._lock:
+            if not isinstance(semantic, _Keep):
+                self.semantic = semantic
+                if smart is not None:
+                    self._smart_turn = smart
             if vad is not None:
                 self.vad = vad
             if turn_detection is not None:
@@ -268,6 +306,8 @@ class TranscriptionStream:
         self._marks.clear()
         self._done.clear()
         self._segments.clear()
+        self._turn_wait = None
+        self._held_probs = None
         if self._region is not None:
             self._region.dead = True
         self._region = None
@@ -282,6 +322,9 @@ class TranscriptionStream:
         """The oldest sample still needed: a region starting at the next speech window
         reaches back by the prefix padding."""
         lookback = self.vad.samples(self.vad.prefix_padding_ms) + WINDOW
+        if self.semantic is not None:  # Smart Turn reads the turn's last 8 s
+            item_start = self._starts.get(self._vad_item, self._vad_pos)
+            lookback = max(lookback, self._vad_pos - max(item_start, self._vad_pos - _TURN_N))
         starts = [self._vad_pos - lookback] + [r.start for r in self._ready]
         if self._region is not None:
             starts.append(self._region.start)
@@ -319,12 +362,36 @@ class TranscriptionStream:
             if idle:
                 return self._plan_ahead()
             self._settle()
-            job = self._plan_vad() or self._plan_final()
+            job = self._plan_turn() or self._plan_vad() or self._plan_final()
             self._settle()  # regions finalized from readings done ahead may finish items
             self._idle.notify_all()
             return job
 
+    def _plan_turn(self) -> Job | None:
+        """The Smart Turn reading the VAD waits for."""
+        wait = self._turn_wait
+        if wait is None or self._turn_asked or self._smart_turn is None:
+            return None
+        region, end_w = wait
+        start = max(self._starts.get(region.item, region.start), self._base, end_w - _TURN_N)
+        audio = self._audio(start, end_w)
+        smart = self._smart_turn
+        self._turn_asked = True
+        return Job(
+            compute=lambda: smart.probability(audio),
+            apply=lambda p: self._locked(self._apply_turn, region, end_w, p),
+        )
+
     def _plan_vad(self) -> Job | None:
+        if self._held_probs is not None:  # resume after a Smart Turn reading
+            if self._turn_wait is not None:
+                return None
+            start, probs = self._held_probs
+            self._held_probs = None
+            self._apply_vad(start, probs)
+            self._settle()
+            if self._held_probs is not None:
+                return None
         n = (self._n - self._vad_pos) // WINDOW
         if self._marks:
             n = min(n, max(0, (self._marks[0].pos - self._vad_pos) // WINDOW))
@@ -399,10 +466,22 @@ class TranscriptionStream:
     # ------------------------------------------------- applying results
     def _apply_vad(self, start: int, probs: np.ndarray) -> None:
         for i, p in enumerate(probs):
-            self._window(start + i * WINDOW, float(p))
+            w = start + i * WINDOW
+            if not self._window(w, float(p)):  # waits for Smart Turn: hold the rest
+                self._held_probs = (w, probs[i:])
+                self._vad_pos = w
+                return
         self._vad_pos = start + len(probs) * WINDOW
 
-    def _window(self, w: int, p: float) -> None:
+    def _apply_turn(self, region: _Region, end_w: int, p: float) -> None:
+        self._turn_wait = None
+        self._turn_asked = False
+        if not region.dead:
+            region.turn_p = p
+
+    def _window(self, w: int, p: float) -> bool:
+        """Apply one VAD window; False if it needs a Smart Turn reading first (the window is
+        then applied again once the reading is in: nothing it did so far changes that)."""
         cfg = self.vad
         end_w = w + WINDOW
         region = self._region
@@ -416,25 +495,50 @@ class TranscriptionStream:
                 )
                 self._region = _Region(self._vad_item, begin, partial_at=begin)
                 self._emit(SpeechStarted(self._vad_item, self._seconds(begin)))
-            return
+            return True
+        semantic = self.semantic if self.turn_detection else None
         if p >= cfg.threshold:
             region.quiet_from = None
         elif p < cfg.neg_threshold:
             if region.quiet_from is None:
                 region.quiet_from = w
-            if end_w - region.quiet_from >= cfg.samples(cfg.silence_duration_ms):
+            if semantic is not None:
+                ends = self._semantic_end(region, end_w, semantic)
+                if ends is None:
+                    return False
+            else:
+                ends = end_w - region.quiet_from >= cfg.samples(cfg.silence_duration_ms)
+            if ends:
                 end = min(end_w, region.quiet_from + cfg.samples(cfg.end_padding_ms))
                 self._close_region(region, end)
                 self._region = None
                 self._emit(SpeechStopped(self._vad_item, self._seconds(end_w)))
                 if self.turn_detection:
                     self._commit_at(end_w, auto=True)
-                return
+                return True
         if end_w - region.start >= cfg.max_speech_s * VAD_RATE:
             q = region.quiet_from
             cut = q if q is not None and q - region.start > VAD_RATE else end_w
             self._close_region(region, cut)
             self._region = _Region(self._vad_item, cut, partial_at=cut)
+        return True
+
+    def _semantic_end(self, region: _Region, end_w: int, rule: SemanticTurn) -> bool | None:
+        """Does the silence up to `end_w` end the turn? None: Smart Turn must read it first."""
+        quiet = region.quiet_from
+        assert quiet is not None
+        if region.turn_quiet != quiet:  # a new quiet stretch: a reading of its own
+            region.turn_quiet = quiet
+            region.turn_p = None
+        silence = end_w - quiet
+        if silence >= self.vad.samples(rule.max_ms):
+            return True
+        if silence < self.vad.samples(rule.finished_ms):
+            return False
+        if region.turn_p is None:
+            self._turn_wait = (region, end_w)
+            return None
+        return silence >= self.vad.samples(rule.silence_ms(region.turn_p))
 
     def _close_region(self, region: _Region, end: int) -> None:
         region.end = max(region.start, end)

@@ -96,11 +96,13 @@ from .server_events import (
     refusal_event,
 )
 from .session import (
+    EAGERNESS_LEVELS,
     AudioFormat,
     AudioInput,
     AudioOutput,
     InputTranscription,
     RealtimeSession,
+    SemanticTurnDetection,
     TranscriptionSession,
     TurnDetection,
 )
@@ -174,6 +176,8 @@ __all__ = [
     "TextDone",
     "TranscriptionSession",
     "TurnDetection",
+    "SemanticTurnDetection",
+    "EAGERNESS_LEVELS",
     "UnknownEvent",
     "Usage",
     "check_server_event",

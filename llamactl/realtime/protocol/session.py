@@ -35,6 +35,8 @@ __all__ = [
     "InputTranscription",
     "RealtimeSession",
     "TranscriptionSession",
+    "EAGERNESS_LEVELS",
+    "SemanticTurnDetection",
     "TurnDetection",
 ]
 
@@ -124,14 +126,29 @@ def _vad(value: Any, key: str) -> Any:
 def _kind_of_vad(value: Any) -> Any:
     if value != "server_vad":
         raise _refuse(
-            f"turn detection '{value}' is not supported; use server_vad or null", f"{_TD}.type"
+            f"turn detection '{value}' is not supported; use server_vad, semantic_vad or null",
+            f"{_TD}.type",
         )
     return value
 
 
+EAGERNESS_LEVELS = ("low", "medium", "high", "auto")  # OpenAI's; their timings: the engine's
+
+
+def _eagerness(value: Any, key: str) -> Any:
+    got = "auto" if value is None else value
+    if got not in EAGERNESS_LEVELS:
+        raise _refuse(
+            f"{_TD}.eagerness must be one of {', '.join(EAGERNESS_LEVELS)}, got {got!r}",
+            f"{_TD}.eagerness",
+        )
+    return got
+
+
 class TurnDetection(_Shape):
-    """`server_vad` (`semantic_vad` is refused). In transcription sessions the conversation
-    settings (`create_response`...) are kept as sent and mean nothing."""
+    """`server_vad`: a turn ends after `silence_duration_ms` of silence. In transcription
+    sessions the conversation settings (`create_response`...) are kept as sent and mean
+    nothing."""
 
     omittable = frozenset({"create_response", "interrupt_response", "idle_timeout_ms"})
 
@@ -158,6 +175,46 @@ class ConversationTurnDetection(TurnDetection):
     interrupt_response: Annotated[bool | None, _check(_boolean, "interrupt_response")] = None
 
 
+class SemanticTurnDetection(_Shape):
+    """`semantic_vad`: a turn ends when Smart Turn judges the speaker finished; `eagerness`
+    (low / medium / high / auto = medium) says how soon, and bounds the wait (8 / 4 / 2 s)."""
+
+    omittable = frozenset({"create_response", "interrupt_response"})
+
+    type: Literal["semantic_vad"] = "semantic_vad"
+    eagerness: Annotated[
+        Literal["low", "medium", "high", "auto"], _check(_eagerness, "eagerness")
+    ] = "auto"
+    create_response: Any = None
+    interrupt_response: Any = None
+
+
+class ConversationSemanticTurnDetection(SemanticTurnDetection):
+    """`semantic_vad` in conversation sessions (`create_response`, `interrupt_response` as in
+    `ConversationTurnDetection`)."""
+
+    create_response: Annotated[bool | None, _check(_boolean, "create_response")] = None
+    interrupt_response: Annotated[bool | None, _check(_boolean, "interrupt_response")] = None
+
+
+def _turn_kind(value: Any) -> str:
+    """semantic_vad, or server_vad (whose model words the refusal of any other type)."""
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return "semantic_vad" if kind == "semantic_vad" else "server_vad"
+
+
+AnyTurnDetection = Annotated[
+    Annotated[TurnDetection, Tag("server_vad")]
+    | Annotated[SemanticTurnDetection, Tag("semantic_vad")],
+    Discriminator(_turn_kind),
+]
+ConversationAnyTurnDetection = Annotated[
+    Annotated[ConversationTurnDetection, Tag("server_vad")]
+    | Annotated[ConversationSemanticTurnDetection, Tag("semantic_vad")],
+    Discriminator(_turn_kind),
+]
+
+
 class AudioInput(_Shape):
     """`audio.input`. `noise_reduction` is accepted and not acted on (reported as null)."""
 
@@ -165,15 +222,15 @@ class AudioInput(_Shape):
     transcription: Annotated[InputTranscription | None, _check(_object, InputTranscription.at)] = (
         None
     )
-    turn_detection: Annotated[TurnDetection | None, _check(_object, _TD, "an object or null")] = (
-        None
-    )
+    turn_detection: Annotated[
+        AnyTurnDetection | None, _check(_object, _TD, "an object or null")
+    ] = None
     noise_reduction: Any = None
 
 
 class ConversationAudioInput(AudioInput):
     turn_detection: Annotated[
-        ConversationTurnDetection | None, _check(_object, _TD, "an object or null")
+        ConversationAnyTurnDetection | None, _check(_object, _TD, "an object or null")
     ] = None
 
 

@@ -56,7 +56,7 @@ from .conversation_config import (
 from .events import event, new_id
 from .response import Response
 from .speaker import Speaker
-from .transcription import TranscriptionSession
+from .transcription import TranscriptionSession, check_semantic
 from .wire import OFF_LOOP_CHARS
 
 MAX_ITEMS = 4096
@@ -139,6 +139,7 @@ class ConversationSession(TranscriptionSession):
             models.add(session["model"])  # OpenAI's realtime model names mean this model
         self.rt.input = self.config
         new = merge(self.rt, session, names, models)
+        await check_semantic(new.input)
         if new.output.voice != self.rt.output.voice:
             await self._check_voice(new.output.voice, "session.audio.output.voice")
         if new.input.language is not None and self._service.loaded:

@@ -25,7 +25,9 @@ from llamactl import (
     Final,
     InvalidRequestError,
     LlamactlError,
+    ModelNotFoundError,
     ProtocolError,
+    SmartTurn,
     SpeechStarted,
     SpeechStopped,
     StreamEvent,
@@ -80,7 +82,10 @@ class TranscriptionSession(RealtimeSession):
             )
         if self._closed:
             return
-        stream = await run_in_threadpool(self._open_stream)
+        try:
+            stream = await run_in_threadpool(self._open_stream)
+        except ModelNotFoundError as exc:  # Smart Turn went missing since the update
+            raise _no_smart_turn(exc) from exc
         if self._closed:  # the client left while the stream was being opened
             stream.close()
             return
@@ -96,6 +101,7 @@ class TranscriptionSession(RealtimeSession):
             prompt=c.prompt or None,
             vad=c.vad(),
             turn_detection=c.turn_detection is not None,
+            semantic=c.semantic(),
             partials=False,
             input_rate=c.rate,
             max_buffered_seconds=self._max_buffered_seconds,
@@ -108,6 +114,7 @@ class TranscriptionSession(RealtimeSession):
         stream.configure(
             vad=c.vad(),
             turn_detection=c.turn_detection is not None,
+            semantic=c.semantic(),
             language=c.language or "",
             prompt=c.prompt,
         )
@@ -128,6 +135,7 @@ class TranscriptionSession(RealtimeSession):
         if self.config.model:
             names.add(self.config.model)
         new = merge(self.config, session, names)
+        await check_semantic(new)
         if new.language is not None and self._service.loaded:
             try:
                 new.language = self._service.transcriber.check_language(new.language)
@@ -261,6 +269,23 @@ class TranscriptionSession(RealtimeSession):
                 ProtocolError(ev.message, type_="server_error", code="transcription_failed")
             )
             self.conn.close_soon()
+
+
+async def check_semantic(config: TranscriptionConfig) -> None:
+    """Refuse `semantic_vad` (the update changes nothing) when Smart Turn is not installed;
+    loading it here, off the loop, also makes switching the live stream cheap."""
+    if config.semantic() is None:
+        return
+    try:
+        await run_in_threadpool(SmartTurn)
+    except ModelNotFoundError as exc:
+        raise _no_smart_turn(exc) from exc
+
+
+def _no_smart_turn(exc: ModelNotFoundError) -> ProtocolError:
+    return ProtocolError(
+        str(exc), code="model_not_found", param="session.audio.input.turn_detection.type"
+    )
 
 
 def _append(stream: TranscriptionStream, audio: str, rate: int) -> None:

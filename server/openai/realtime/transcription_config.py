@@ -12,7 +12,7 @@ import copy
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from llamactl import VadConfig
+from llamactl import SemanticTurn, VadConfig, semantic_turn
 from llamactl.realtime import protocol
 from llamactl.realtime.protocol import DEFAULT_RATE
 
@@ -35,6 +35,13 @@ class TranscriptionConfig:
             prefix_padding_ms=td.get("prefix_padding_ms", base.prefix_padding_ms),
             silence_duration_ms=td.get("silence_duration_ms", base.silence_duration_ms),
         )
+
+    def semantic(self) -> SemanticTurn | None:
+        """The semantic end-of-turn rule (`semantic_vad`), or None (server_vad, or none)."""
+        td = self.turn_detection or {}
+        if td.get("type") != "semantic_vad":
+            return None
+        return semantic_turn(td.get("eagerness", "auto"))
 
     def to_session(self, session_id: str) -> dict[str, Any]:
         return {
@@ -89,11 +96,16 @@ def apply_input(new: TranscriptionConfig, inp: protocol.AudioInput | None) -> No
         new.turn_detection = None if td is None else _turn_detection(td)
 
 
-def _turn_detection(td: protocol.TurnDetection) -> dict[str, Any]:
-    out: dict[str, Any] = td.model_dump(
-        include={"type", "threshold", "prefix_padding_ms", "silence_duration_ms"}
-    )
-    for key in ("create_response", "interrupt_response", "idle_timeout_ms"):
+def _turn_detection(td: protocol.TurnDetection | protocol.SemanticTurnDetection) -> dict[str, Any]:
+    if isinstance(td, protocol.SemanticTurnDetection):
+        out: dict[str, Any] = td.model_dump(include={"type", "eagerness"})
+        kept: tuple[str, ...] = ("create_response", "interrupt_response")
+    else:
+        out = td.model_dump(
+            include={"type", "threshold", "prefix_padding_ms", "silence_duration_ms"}
+        )
+        kept = ("create_response", "interrupt_response", "idle_timeout_ms")
+    for key in kept:
         if key in td.model_fields_set:
             out[key] = getattr(td, key)  # conversation settings: kept, meaningless here
     return out
