@@ -4,9 +4,10 @@ Each family is told by config.json `architectures` and written as llama.cpp's ow
 writes it: Llama's q/k rows permuted back from Hugging Face's rotary layout (and
 `rope.dimension_count`, `vocab_size`), Qwen2's q/k/v biases, Qwen3 and Qwen3.5 through the trunk
 code the decision families use, LFM2's trunk, and Gemma 3 with its RMSNorm weights stored as
-1 + w, `attention.sliding_window` and no space prefix (its sqrt(n_embd) embedding scale is
-applied by llama.cpp's graph, not stored). The tokenizer and the checkpoint's own chat
-templates go through `vocab.py` unchanged; no decision keys are written.
+1 + w, `attention.sliding_window` and the local layers' `rope.freq_base_swa` (its sqrt(n_embd)
+embedding scale is applied by llama.cpp's graph, not stored). The tokenizer and the
+checkpoint's own chat templates go through `vocab.py` unchanged; no decision keys are written.
+Qwen3.5's multi-token-prediction block is dropped, as the decision families drop it.
 """
 
 from __future__ import annotations
@@ -77,16 +78,12 @@ def _plan(
     tensors: list[OutTensor],
     vocab: Vocab,
     hparams: Callable[[gguf.GGUFWriter, OutType], None],
-    *,
-    add_space_prefix: bool | None = None,
 ) -> GGUFPlan:
     def write_metadata(w: gguf.GGUFWriter, out: OutType) -> None:
         write_general(w, kind="model", card_dir=ckpt.dir)
         hparams(w, out)
         w.add_quantization_version(gguf.GGML_QUANT_VERSION)
         write_vocab(w, vocab, templates=None)
-        if add_space_prefix is not None:
-            w.add_add_space_prefix(add_space_prefix)
 
     return GGUFPlan(arch, "model", f"{family} ({arch})", tensors, write_metadata)
 
@@ -159,7 +156,11 @@ def _plan_llama(ckpt: Checkpoint, out: OutType) -> GGUFPlan:
     def hparams(w: gguf.GGUFWriter, o: OutType) -> None:
         write_base_hparams(w, hp, o, block_count=hp["num_hidden_layers"])
         w.add_vocab_size(hp["vocab_size"])
-        w.add_rope_dimension_count(hp.get("head_dim") or hp["hidden_size"] // n_head)
+        head_dim = hp.get("head_dim") or hp["hidden_size"] // n_head
+        if "head_dim" not in hp:  # transformers' LlamaConfig fills it in; llama.cpp writes it
+            w.add_key_length(head_dim)
+            w.add_value_length(head_dim)
+        w.add_rope_dimension_count(head_dim)
 
     return _plan(ckpt, "llama", "llama", tensors, vocab, hparams)
 
@@ -219,6 +220,8 @@ def _plan_gemma3(ckpt: Checkpoint, out: OutType) -> GGUFPlan:
         return name.replace("language_model.", "")
 
     n_layers = hp["num_hidden_layers"]
+    tok = ckpt.json("tokenizer.json")
+    n_real = len((tok.get("model") or {}).get("vocab") or {}) + len(tok.get("added_tokens") or [])
     tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA3, n_layers)
     tensors: list[OutTensor] = []
     for hf_name in ckpt.tensor_names():
@@ -226,6 +229,8 @@ def _plan_gemma3(ckpt: Checkpoint, out: OutType) -> GGUFPlan:
         if name is None:
             continue
         data = ckpt.lazy(hf_name)
+        if "embed_tokens.weight" in name and data.shape[0] > n_real:
+            data = data.rows(0, n_real)  # llama.cpp drops rows past the tokenizer's tokens
         if name.endswith("norm.weight"):  # Gemma3RMSNorm scales by (1 + w)
             data = data.map(lambda a: a + 1.0)
         tensors.append(OutTensor(gguf_name(tmap, name, ckpt, hf_name=hf_name, arch="gemma3"), data))
@@ -242,6 +247,8 @@ def _plan_gemma3(ckpt: Checkpoint, out: OutType) -> GGUFPlan:
         w.add_key_length(hp.get("head_dim", 256))
         w.add_value_length(hp.get("head_dim", 256))
         w.add_rope_freq_base(hp.get("rope_theta", 1_000_000.0))
+        if (local := hp.get("rope_local_base_freq")) is not None:
+            w.add_rope_freq_base_swa(local)  # the sliding-window layers' rotary base
         if softcap := hp.get("final_logit_softcapping"):
             w.add_final_logit_softcapping(softcap)
         if hp.get("sliding_window_pattern") != 1 and hp.get("sliding_window") is not None:
@@ -253,7 +260,7 @@ def _plan_gemma3(ckpt: Checkpoint, out: OutType) -> GGUFPlan:
             w.add_rope_scaling_factor(scaling["factor"])
         w.add_file_type(o.file_type)
 
-    return _plan(ckpt, "gemma3", "gemma3", tensors, vocab, hparams, add_space_prefix=False)
+    return _plan(ckpt, "gemma3", "gemma3", tensors, vocab, hparams)
 
 
 _PLANNERS: dict[str, Callable[[Checkpoint, OutType], GGUFPlan]] = {

@@ -223,6 +223,7 @@ def tokenizer_files(kind: str) -> tuple[dict[str, Any], dict[str, Any], dict[str
     config: dict[str, Any]
     if kind == "lfm2":
         config = {
+            "tokenizer_class": "PreTrainedTokenizerFast",  # as LFM2's checkpoints say
             "bos_token": "<|startoftext|>",
             "eos_token": "<|im_end|>",
             "pad_token": "<|pad|>",

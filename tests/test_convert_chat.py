@@ -90,13 +90,13 @@ def test_llama_q_and_k_rows_are_permuted_back(tmp_path_factory, converted):
     assert meta["llama.rope.dimension_count"] == 16 and meta["llama.vocab_size"] > 0
 
 
-def test_gemma3_norms_sliding_window_and_space_prefix(tmp_path_factory, converted):
+def test_gemma3_norms_sliding_window_and_local_rope(tmp_path_factory, converted):
     from llamactl.converters.checkpoint import Checkpoint
 
     ckpt = Checkpoint(cached(tmp_path_factory, "gemma3"))
     meta, tensors = read_gguf(converted["gemma3"])
     assert meta["gemma3.attention.sliding_window"] == 32
-    assert meta["tokenizer.ggml.add_space_prefix"] is False
+    assert meta["gemma3.rope.freq_base_swa"] == 10000.0
     norm = ckpt.lazy("model.layers.0.pre_feedforward_layernorm.weight")()
     assert np.allclose(read_tensor(converted["gemma3"], "blk.0.ffn_norm.weight"), norm + 1.0)
     assert "output.weight" not in tensors  # tied to the embedding

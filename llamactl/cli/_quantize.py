@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
-from llamactl.core.errors import InvalidRequestError
+from llamactl import InvalidRequestError
 
 __all__ = ["QUANT_OUTTYPES", "estimated_size", "quantize_file"]
 
@@ -51,7 +51,7 @@ def quantize_file(
     console: Console,
 ) -> tuple[Path, float]:
     """Quantize `source` into `target` (atomically) with a bar on a terminal; (path, seconds)."""
-    from llamactl.engine import quantize  # llama.cpp loads only when quantizing
+    from llamactl import quantize  # llama.cpp loads only when quantizing
 
     kind = llama_type(type_name)
     if not source.is_file():

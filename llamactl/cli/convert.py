@@ -14,9 +14,9 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from llamactl import ConvertError
 from llamactl.cli._output import human_size, stderr_console, stdout_console
 from llamactl.cli._quantize import QUANT_OUTTYPES, quantize_file
-from llamactl.core.errors import ConvertError
 
 HELP = """Convert a Hugging Face checkpoint to GGUF, in llama.cpp's own layout.
 

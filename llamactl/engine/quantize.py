@@ -18,6 +18,7 @@ from pathlib import Path
 import llama_cpp
 
 from llamactl.core.errors import InvalidRequestError, ModelLoadError
+from llamactl.engine._backend import ensure_backend, held_errors
 
 __all__ = ["QUANT_TYPES", "quantize"]
 
@@ -66,17 +67,22 @@ def quantize(
     if progress is not None:
         watcher = threading.Thread(target=_watch, args=(tmp, done, progress), daemon=True)
         watcher.start()
+    ensure_backend()  # routes llama.cpp's log: its per-tensor lines stay quiet
     try:
         try:
-            rc = llama_cpp.llama_model_quantize(
-                str(src).encode(), str(tmp).encode(), llama_cpp.byref(params)
-            )
+            with held_errors() as errors:
+                rc = llama_cpp.llama_model_quantize(
+                    str(src).encode(), str(tmp).encode(), llama_cpp.byref(params)
+                )
         finally:
             done.set()
             if watcher is not None:
                 watcher.join()
         if rc != 0:
-            raise ModelLoadError(f"llama.cpp could not quantize {src.name} to {key} (code {rc})")
+            why = f": {errors[-1]}" if errors else ""
+            raise ModelLoadError(
+                f"llama.cpp could not quantize {src.name} to {key} (code {rc}){why}"
+            )
         os.replace(tmp, dst)
     finally:
         with contextlib.suppress(FileNotFoundError):
