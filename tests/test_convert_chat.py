@@ -210,3 +210,13 @@ def test_examples_are_importable_without_pytest(tmp_path):
 def test_write_examples_returns_each_path(tmp_path):
     made = write_examples(tmp_path)
     assert made["lev"].parent == tmp_path and (made["llama"] / "model.safetensors").is_file()
+
+
+def test_the_engine_quantizer_reports_the_bytes_written(converted, tmp_path):
+    import llamactl.engine.quantize  # noqa: F401  (the module must not hide the face's name)
+    from llamactl.engine import quantize_gguf
+
+    seen: list[int] = []
+    out = quantize_gguf(converted["llama"], tmp_path / "q.gguf", "Q8_0", progress=seen.append)
+    assert seen and seen[-1] == out.stat().st_size
+    assert seen == sorted(seen) and [p.name for p in tmp_path.iterdir()] == ["q.gguf"]

@@ -51,7 +51,7 @@ def quantize_file(
     console: Console,
 ) -> tuple[Path, float]:
     """Quantize `source` into `target` (atomically) with a bar on a terminal; (path, seconds)."""
-    from llamactl import quantize  # llama.cpp loads only when quantizing
+    from llamactl import quantize_gguf  # llama.cpp loads only when quantizing
 
     kind = llama_type(type_name)
     if not source.is_file():
@@ -62,7 +62,7 @@ def quantize_file(
         raise InvalidRequestError(f"the output directory {target.parent} does not exist")
     start = time.perf_counter()
     if not (progress and console.is_terminal):
-        quantize(source, target, kind)
+        quantize_gguf(source, target, kind)
         return target, time.perf_counter() - start
     total = estimated_size(source, type_name)
     bar = Progress(
@@ -79,6 +79,6 @@ def quantize_file(
         def seen(nbytes: int) -> None:
             bar.update(task, completed=min(nbytes, int(total * 0.99)))
 
-        quantize(source, target, kind, progress=seen)
+        quantize_gguf(source, target, kind, progress=seen)
         bar.update(task, completed=total)
     return target, time.perf_counter() - start

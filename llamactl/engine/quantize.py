@@ -20,7 +20,7 @@ import llama_cpp
 from llamactl.core.errors import InvalidRequestError, ModelLoadError
 from llamactl.engine._backend import ensure_backend, held_errors
 
-__all__ = ["QUANT_TYPES", "quantize"]
+__all__ = ["QUANT_TYPES", "quantize", "quantize_gguf"]
 
 # The usual types, by llama.cpp's names (llama_ftype values).
 QUANT_TYPES: dict[str, int] = {
@@ -35,7 +35,7 @@ QUANT_TYPES: dict[str, int] = {
 }
 
 
-def quantize(
+def quantize_gguf(
     source: str | os.PathLike[str],
     target: str | os.PathLike[str],
     type_name: str,
@@ -88,6 +88,11 @@ def quantize(
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
     return dst
+
+
+# the engine face exports `quantize_gguf`: a face name equal to this module's would be replaced
+# by the module once anything imports llamactl.engine.quantize
+quantize = quantize_gguf
 
 
 def _watch(path: Path, done: threading.Event, progress: Callable[[int], None]) -> None:
