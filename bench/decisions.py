@@ -12,7 +12,7 @@ conversion speed.
 2. Conversion MB/s (GGUF bytes written per second) of a bf16 lfm2-d1 checkpoint widened to
    `--hidden`, to f16 and to q8_0, best of 3.
 
-Checkpoints are synthesized (tests/synthetic_checkpoints.py); nothing is downloaded.
+Checkpoints are synthesized (llamactl.converters.examples); nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-import synthetic_checkpoints as sc  # noqa: E402
 from llamactl.converters import convert  # noqa: E402
+from llamactl.converters import examples as sc  # noqa: E402
 from serverkit import run_server  # noqa: E402
 
 REQUEST = {

@@ -5,10 +5,11 @@ complete -c llamactl -f
 
 # llamactl
 complete -c llamactl -n __fish_use_subcommand -a chat -d 'Chat with a local model: interactively, one question at a time, or from a pipe'
-complete -c llamactl -n __fish_use_subcommand -a convert -d 'Convert a decision-model checkpoint to GGUF, in llama.cpp\'s own layout'
+complete -c llamactl -n __fish_use_subcommand -a convert -d 'Convert a Hugging Face checkpoint to GGUF, in llama.cpp\'s own layout'
 complete -c llamactl -n __fish_use_subcommand -a models -d 'List the models that --model can name'
 complete -c llamactl -n __fish_use_subcommand -a ps -d 'Show the models loaded in a running server: status, memory, busy slots'
 complete -c llamactl -n __fish_use_subcommand -a pull -d 'Download a GGUF model from the Hugging Face hub into the models directory'
+complete -c llamactl -n __fish_use_subcommand -a quantize -d 'Quantize a GGUF (f32, f16 or bf16, as `llamactl convert` writes it) with llama.cpp'
 complete -c llamactl -n __fish_use_subcommand -a score -d 'Answer questions about a state with a decision model (no text is generated)'
 complete -c llamactl -n __fish_use_subcommand -a serve -d 'Serve the model over HTTP: OpenAI chat completions, completions, Responses and the Realtime websocket, Anthropic Messages, /tts and /v1/systemone, batched across --parallel slots; with --models-dir or --models-preset, a router over many models'
 complete -c llamactl -n __fish_use_subcommand -a stop -d 'Unload a model from a running router: its child process stops'
@@ -74,9 +75,10 @@ complete -c llamactl -n '__fish_seen_subcommand_from chat' -s h -l help -d 'Show
 
 # llamactl convert
 complete -c llamactl -n '__fish_seen_subcommand_from convert' -s o -l outfile -r -F -d 'The GGUF file to write (with --mmproj: mmproj-OUT.gguf beside it)'
-complete -c llamactl -n '__fish_seen_subcommand_from convert' -l outtype -x -a 'f32 f16 bf16 q8_0' -d 'Type of the weight matrices (norms and biases stay f32)'
+complete -c llamactl -n '__fish_seen_subcommand_from convert' -l outtype -x -a 'f32 f16 bf16 q8_0 q4_0 q4_k_m q5_k_m' -d 'Type of the weight matrices: f32, f16, bf16, q8_0, q4_0, q4_k_m, q5_k_m (norms stay f32)'
 complete -c llamactl -n '__fish_seen_subcommand_from convert' -l mmproj -d 'Write the vision projector (mmproj) instead'
 complete -c llamactl -n '__fish_seen_subcommand_from convert' -l base -x -a '(__fish_complete_directories)' -d 'Base checkpoint a lev/kev LoRA adapter is merged into'
+complete -c llamactl -n '__fish_seen_subcommand_from convert' -l example -x -a '(__fish_complete_directories)' -d 'Write a tiny checkpoint of every family into DIR (to try convert offline)'
 complete -c llamactl -n '__fish_seen_subcommand_from convert' -l dry-run -d 'List the tensor map; write nothing'
 complete -c llamactl -n '__fish_seen_subcommand_from convert' -s q -l quiet -d 'No progress bar and no summary'
 complete -c llamactl -n '__fish_seen_subcommand_from convert' -l json -d 'Print the result (or tensor map) as JSON'
@@ -100,6 +102,11 @@ complete -c llamactl -n '__fish_seen_subcommand_from pull' -l models-dir -x -a '
 complete -c llamactl -n '__fish_seen_subcommand_from pull' -l revision -x -d 'Branch, tag or commit of the repo'
 complete -c llamactl -n '__fish_seen_subcommand_from pull' -l json -d 'Print what was saved as JSON (no progress bar)'
 complete -c llamactl -n '__fish_seen_subcommand_from pull' -s h -l help -d 'Show this message and exit'
+
+# llamactl quantize
+complete -c llamactl -n '__fish_seen_subcommand_from quantize' -s q -l quiet -d 'No progress bar and no summary'
+complete -c llamactl -n '__fish_seen_subcommand_from quantize' -s h -l help -d 'Show this message and exit'
+complete -c llamactl -n '__fish_seen_subcommand_from quantize' -F
 
 # llamactl score
 complete -c llamactl -n '__fish_seen_subcommand_from score' -s m -l model -r -F -d 'Decision model: GGUF path, alias or name in the models directory'

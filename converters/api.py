@@ -21,7 +21,7 @@ from .writer import TensorRow, WriteResult, tensor_map, write_plan
 
 @dataclass
 class ConvertResult:
-    decision_type: str
+    decision_type: str | None  # None for a plain chat model
     arch: str
     kind: str  # "model" | "mmproj"
     outfile: Path
@@ -29,6 +29,7 @@ class ConvertResult:
     head_tensors: list[str]
     written: WriteResult | None = None  # None for a dry run
     notes: list[str] = field(default_factory=list)
+    family: str = ""  # the decision type, or the chat family ("llama", "gemma3"...)
 
     @property
     def loads_natively(self) -> bool:
@@ -55,11 +56,11 @@ def plan(
     family = detect(ckpt)
     if base is not None and not family.takes_base:
         raise ConvertError(
-            f"--base is for LoRA adapters (lev, kev); {family.decision_type} is a full checkpoint"
+            f"--base is for LoRA adapters (lev, kev); {family.name} is a full checkpoint"
         )
     if mmproj:
         if family.mmproj is None:
-            raise ConvertError(f"{family.decision_type} has no mmproj")
+            raise ConvertError(f"{family.name} has no mmproj")
         return family, family.mmproj(ckpt, out)
     return family, family.plan(ckpt, out, Path(base) if base is not None else None)
 
@@ -86,7 +87,13 @@ def convert(
         family, p = plan(src, outtype=out, mmproj=mmproj, base=base)
         head = list(p.head)
         result = ConvertResult(
-            family.decision_type, p.arch, p.kind, target, tensor_map(p, out), head
+            None if family.chat else family.decision_type,
+            p.arch,
+            p.kind,
+            target,
+            tensor_map(p, out),
+            head,
+            family=p.label.split(" ")[0],
         )
         if head:
             shown = ", ".join(head[:3]) + (", ..." if len(head) > 3 else "")

@@ -1,4 +1,5 @@
-"""Which decision family a checkpoint is, and how each one is planned."""
+"""Which family a checkpoint is (a decision model, else a plain chat model by its
+`architectures`), and how each one is planned."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 from llamactl.core.errors import CheckpointError, ConvertError
 
-from . import d1, h2o_lightning, minicpm_ocr_jev, openjev
+from . import chat, d1, h2o_lightning, minicpm_ocr_jev, openjev
 from .checkpoint import Checkpoint
 from .plan import GGUFPlan, OutType
 
@@ -20,6 +21,12 @@ class Family:
     plan: Callable[[Checkpoint, OutType, Path | None], GGUFPlan]
     mmproj: Callable[[Checkpoint, OutType], GGUFPlan] | None
     takes_base: bool = False
+    chat: bool = False  # a plain chat model: no decision keys
+
+    @property
+    def name(self) -> str:
+        """The family as messages name it (the decision type, or "chat")."""
+        return "chat" if self.chat else self.decision_type
 
 
 def _no_mmproj(kind: str) -> Callable[[Checkpoint, OutType], GGUFPlan]:
@@ -58,9 +65,19 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 
+# After every decision family: those are chat architectures too, told apart by their files.
+CHAT = Family(
+    "chat",
+    chat.is_chat,
+    lambda c, o, b: chat.plan_chat(c, o),
+    _no_mmproj("a chat checkpoint (llamactl converts its text model)"),
+    chat=True,
+)
+
+
 def detect(ckpt: Checkpoint) -> Family:
     """The family of the checkpoint in `ckpt`, from its files and config.json."""
-    for family in FAMILIES:
+    for family in (*FAMILIES, CHAT):
         if family.detect(ckpt):
             return family
     if not ckpt.has("config.json"):
@@ -73,6 +90,9 @@ def detect(ckpt: Checkpoint) -> Family:
     cfg = ckpt.config
     found = f"architectures {cfg.get('architectures')!r}, model_type {cfg.get('model_type')!r}"
     raise ConvertError(
-        f"{ckpt.dir} is not a decision-model checkpoint llamactl can convert ({found}); "
-        "supported: " + ", ".join(f.decision_type for f in FAMILIES)
+        f"{ckpt.dir} is not a checkpoint llamactl can convert ({found}); supported chat "
+        "architectures: "
+        + ", ".join(chat.CHAT_ARCHITECTURES)
+        + "; decision families: "
+        + ", ".join(f.decision_type for f in FAMILIES)
     )

@@ -135,15 +135,17 @@ def write_vocab(
     w: gguf.GGUFWriter,
     vocab: Vocab,
     *,
-    templates: Sequence[dict[str, str]],
+    templates: Sequence[dict[str, str]] | None,
     add_bos: bool | None = None,
 ) -> None:
-    """Tokenizer keys in llama.cpp's order; `templates` replaces the tokenizer's own list."""
+    """Tokenizer keys in llama.cpp's order; `templates` replaces the tokenizer's own list
+    (None keeps the checkpoint's own chat templates, as a chat model's file does)."""
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(vocab.pre)
     w.add_token_list(vocab.tokens)
     w.add_token_types(vocab.types)
-    vocab.special.chat_template = list(templates) or None
+    if templates is not None:
+        vocab.special.chat_template = list(templates) or None
     if add_bos is not None:
         vocab.special.add_special_token["bos"] = add_bos
     vocab.special.add_to_gguf(w, quiet=True)

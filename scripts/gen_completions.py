@@ -97,6 +97,11 @@ def _value_kind(param: Any) -> tuple[str, list[str]]:
             return ("dir" if dirs_only else "file"), []
     if "PATH" in (param.metavar or ""):
         return "file", []
+    custom = getattr(param, "_custom_shell_complete", None)
+    if custom is not None:  # an `autocompletion=` of fixed values (convert --outtype...)
+        values = [getattr(v, "value", v) for v in custom(None, param, "")]
+        if values:
+            return "choice", [str(v) for v in values]
     choices = _setting_choices(param.name or "")
     if choices:
         return "choice", choices

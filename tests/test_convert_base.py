@@ -207,13 +207,17 @@ def test_every_family_is_detected(family, tmp_path_factory):
     assert detect(Checkpoint(cached(tmp_path_factory, family))).decision_type == expected
 
 
-def test_a_plain_model_is_not_a_decision_model(tmp_path_factory, tmp_path):
+def test_a_plain_model_converts_as_a_chat_model(tmp_path_factory, tmp_path):
     src = tmp_path / "qwen3"
     shutil.copytree(cached(tmp_path_factory, "openjev-qwen3"), src)
     config = json.loads((src / "config.json").read_text())
     del config["decision_type"]
     (src / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ConvertError, match=r"not a decision-model checkpoint .*Qwen3ForCausalLM"):
+    result = convert(src, tmp_path / "x.gguf", dry_run=True)
+    assert result.decision_type is None and result.family == "qwen3"
+    config["architectures"] = ["MambaForCausalLM"]
+    (src / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConvertError, match=r"not a checkpoint .*MambaForCausalLM.*supported chat"):
         convert(src, tmp_path / "x.gguf")
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match=r"empty/config.json: file not found"):

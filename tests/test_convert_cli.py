@@ -81,7 +81,10 @@ def test_errors_are_one_line_with_exit_code_1(tmp_path_factory, tmp_path):
     assert missing_dir.exit_code == 1 and "does not exist" in missing_dir.stderr
 
 
-def test_usage_errors_exit_2(tmp_path_factory, tmp_path):
+def test_bad_options_exit_1_and_usage_errors_2(tmp_path_factory, tmp_path):
     src = cached(tmp_path_factory, "lfm2-d1")
-    assert run(src, "-o", tmp_path / "x.gguf", "--outtype", "q4_0").exit_code == 2
-    assert run(src).exit_code == 2  # --outfile is required
+    assert run(src, "-o", tmp_path / "x.gguf", "--no-such-flag").exit_code == 2
+    bad = run(src, "-o", tmp_path / "x.gguf", "--outtype", "q3_zz")
+    assert bad.exit_code == 1, bad.output  # a clear error naming the types, not a usage error
+    assert "unknown --outtype 'q3_zz'" in bad.stderr and "q4_k_m" in bad.stderr
+    assert run(src).exit_code == 1  # --outfile is required (or --example DIR)

@@ -1,10 +1,12 @@
-"""`llamactl convert`: a Hugging Face decision-model checkpoint to GGUF (llamactl.converters)."""
+"""`llamactl convert`: a Hugging Face checkpoint (a chat model or a decision model) to GGUF,
+optionally quantized by llama.cpp (llamactl.converters, then the engine's quantizer)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,20 +14,26 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from llamactl import ConvertError
 from llamactl.cli._output import human_size, stderr_console, stdout_console
+from llamactl.cli._quantize import QUANT_OUTTYPES, quantize_file
 
-HELP = """Convert a decision-model checkpoint to GGUF, in llama.cpp's own layout.
+HELP = """Convert a Hugging Face checkpoint to GGUF, in llama.cpp's own layout.
 
-SRC is a Hugging Face checkpoint directory (config.json, tokenizer.json, safetensors: bf16 and
-sharded checkpoints included; no torch needed). The family is detected from its files:
-lfm2-d1, lfm2-d1-omni, MiniCPM-OCR-Jev, OpenJev, h2o-lightning, and the lev / kev LoRA adapters,
-which are merged into the base checkpoint given with --base. The file is written atomically: an
-interrupted conversion leaves nothing behind.
+SRC is a checkpoint directory (config.json, tokenizer.json, safetensors: bf16 and sharded
+checkpoints included; no torch needed). Plain chat models are told by config.json
+`architectures`: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3.5, Lfm2ForCausalLM,
+Gemma3ForCausalLM. Decision models by their files: lfm2-d1, lfm2-d1-omni, MiniCPM-OCR-Jev,
+OpenJev, h2o-lightning, and the lev / kev LoRA adapters, which are merged into the base
+checkpoint given with --base. q4_0, q4_k_m and q5_k_m are written as f16 first, then quantized
+by llama.cpp. The file is written atomically: an interrupted conversion leaves nothing behind.
 """
 
 EPILOG = """**Examples**
 
 ```
+llamactl convert --example /tmp/ex                               # tiny checkpoints to try
+llamactl convert /tmp/ex/llama --outfile llama-q4_k_m.gguf --outtype q4_k_m
 llamactl convert ./d1-3B --outfile d1-3B-f16.gguf
 llamactl convert ./d1-3B --outfile d1-3B.gguf --mmproj         # writes mmproj-d1-3B.gguf
 llamactl convert ./lev --base ./Qwen3.5-4B --outfile lev-q8_0.gguf --outtype q8_0
@@ -33,29 +41,27 @@ llamactl convert ./openjev --outfile x.gguf --dry-run            # the tensor ma
 ```
 """
 
-
-class OutTypeChoice(str, Enum):
-    """The values of `--outtype` (llamactl.converters.OutType, without importing gguf here)."""
-
-    F32 = "f32"
-    F16 = "f16"
-    BF16 = "bf16"
-    Q8_0 = "q8_0"
+NATIVE_OUTTYPES = ("f32", "f16", "bf16", "q8_0")  # written by the converter itself
+OUTTYPES = (*NATIVE_OUTTYPES, *(t for t in QUANT_OUTTYPES if t not in NATIVE_OUTTYPES))
 
 
 def register(app: typer.Typer) -> None:
     app.command("convert", help=HELP, epilog=EPILOG)(convert_command)
 
 
+def _complete_outtype(incomplete: str) -> list[str]:
+    return [t for t in OUTTYPES if t.startswith(incomplete.lower())]
+
+
 def convert_command(
     src: Annotated[
-        Path,
+        Path | None,
         typer.Argument(
             help="The checkpoint directory (or lev/kev adapter).", metavar="SRC", file_okay=False
         ),
-    ],
+    ] = None,
     outfile: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--outfile",
             "-o",
@@ -63,11 +69,16 @@ def convert_command(
             metavar="OUT.gguf",
             dir_okay=False,
         ),
-    ],
+    ] = None,
     outtype: Annotated[
-        OutTypeChoice,
-        typer.Option("--outtype", help="Type of the weight matrices (norms and biases stay f32)."),
-    ] = OutTypeChoice.F16,
+        str,
+        typer.Option(
+            "--outtype",
+            help="Type of the weight matrices: " + ", ".join(OUTTYPES) + " (norms stay f32).",
+            metavar="TYPE",
+            autocompletion=_complete_outtype,
+        ),
+    ] = "f16",
     mmproj: Annotated[
         bool, typer.Option("--mmproj", help="Write the vision projector (mmproj) instead.")
     ] = False,
@@ -77,6 +88,15 @@ def convert_command(
             "--base",
             help="Base checkpoint a lev/kev LoRA adapter is merged into.",
             metavar="PATH",
+            file_okay=False,
+        ),
+    ] = None,
+    example: Annotated[
+        Path | None,
+        typer.Option(
+            "--example",
+            help="Write a tiny checkpoint of every family into DIR (to try convert offline).",
+            metavar="DIR",
             file_okay=False,
         ),
     ] = None,
@@ -90,30 +110,90 @@ def convert_command(
         bool, typer.Option("--json", help="Print the result (or tensor map) as JSON.")
     ] = False,
 ) -> None:
+    if example is not None:
+        write_examples(example, quiet=quiet, json_output=json_output)
+        return
+    if src is None or outfile is None:
+        raise ConvertError("give the checkpoint SRC and --outfile OUT.gguf (or --example DIR)")
+    kind = outtype.lower()
+    if kind not in OUTTYPES:
+        raise ConvertError(f"unknown --outtype {outtype!r}; choose one of {', '.join(OUTTYPES)}")
+    if kind not in NATIVE_OUTTYPES and mmproj:
+        raise ConvertError(f"--mmproj writes {', '.join(NATIVE_OUTTYPES)}, not {kind}")
     from llamactl.converters import convert  # numpy and gguf load only when converting
 
-    result = convert(
-        src,
-        outfile,
-        outtype=outtype.value,
-        mmproj=mmproj,
-        base=base,
-        dry_run=dry_run,
-        progress=not quiet,
-        console=stderr_console(),
-    )
+    console = stderr_console()
+    if kind in NATIVE_OUTTYPES or dry_run:
+        result = convert(
+            src,
+            outfile,
+            outtype=kind if kind in NATIVE_OUTTYPES else "f16",
+            mmproj=mmproj,
+            base=base,
+            dry_run=dry_run,
+            progress=not quiet,
+            console=console,
+        )
+        if dry_run and kind not in NATIVE_OUTTYPES:
+            result.notes.append(f"shown as f16: llama.cpp then quantizes the file to {kind}")
+        quantized: tuple[Path, float] | None = None
+    else:
+        staged = outfile.with_name(f".{outfile.name}.{os.getpid()}.f16.gguf")
+        try:
+            result = convert(
+                src,
+                staged,
+                outtype="f16",
+                base=base,
+                progress=not quiet,
+                console=console,
+            )
+            quantized = quantize_file(staged, outfile, kind, progress=not quiet, console=console)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                staged.unlink()
+        result.outfile = outfile
     if json_output:
-        sys.stdout.write(json.dumps(result_dict(result, dry_run), indent=2) + "\n")
+        out = result_dict(result, dry_run)
+        out["outtype"] = kind
+        if quantized is not None:
+            out["bytes"] = outfile.stat().st_size
+            out["seconds"] = round(out.get("seconds", 0.0) + quantized[1], 3)
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return
     if dry_run:
         print_tensor_map(result)
     elif not quiet:
-        print_summary(result)
+        print_summary(result, kind, quantized)
+
+
+def write_examples(root: Path, *, quiet: bool, json_output: bool) -> None:
+    from llamactl.converters.examples import write_examples as build_all
+
+    if root.exists() and not root.is_dir():
+        raise ConvertError(f"{root} exists and is not a directory")
+    made = build_all(root)
+    if json_output:
+        sys.stdout.write(json.dumps({k: str(v) for k, v in made.items()}, indent=2) + "\n")
+        return
+    if quiet:
+        return
+    console = stdout_console()
+    console.print(f"Wrote {len(made)} tiny checkpoints to {root}:", markup=False)
+    for name, path in made.items():
+        console.print(f"  {name:<24} {path}", markup=False, soft_wrap=True)
+    console.print(
+        f"Try: llamactl convert {made['llama']} --outfile llama.gguf\n"
+        f"     llamactl convert {made['lev']} --base {made['qwen35']} --outfile lev.gguf",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def result_dict(result: Any, dry_run: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
         "outfile": str(result.outfile),
+        "family": result.family,
         "decision_type": result.decision_type,
         "architecture": result.arch,
         "kind": result.kind,
@@ -155,7 +235,7 @@ def print_tensor_map(result: Any) -> None:
     console.print(table)
     total = sum(r.nbytes for r in result.tensors)
     console.print(
-        f"{len(result.tensors)} tensors, {human_size(total)}: {result.decision_type} "
+        f"{len(result.tensors)} tensors, {human_size(total)}: {result.family} "
         f"({result.arch}, {result.kind}) -> {result.outfile} (dry run: nothing written)",
         soft_wrap=True,
         markup=False,
@@ -164,12 +244,14 @@ def print_tensor_map(result: Any) -> None:
         console.print(Text(note, style="dim"), soft_wrap=True)
 
 
-def print_summary(result: Any) -> None:
+def print_summary(result: Any, kind: str, quantized: tuple[Path, float] | None) -> None:
     console = stdout_console()
     w = result.written
+    size = result.outfile.stat().st_size if quantized else w.nbytes
+    seconds = w.seconds + (quantized[1] if quantized else 0.0)
     console.print(
-        f"Wrote {result.outfile} ({human_size(w.nbytes)}, {w.n_tensors} tensors): "
-        f"{result.decision_type} ({result.arch}, {result.kind}) in {w.seconds:.1f} s",
+        f"Wrote {result.outfile} ({human_size(size)}, {w.n_tensors} tensors, {kind}): "
+        f"{result.family} ({result.arch}, {result.kind}) in {seconds:.1f} s",
         soft_wrap=True,
         markup=False,
     )

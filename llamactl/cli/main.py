@@ -21,6 +21,7 @@ from llamactl.cli import (
     models_cmd,
     ps,
     pull,
+    quantize,
     score,
     serve,
     transcribe,
@@ -129,6 +130,7 @@ models_cmd.register(app)
 serve.register(app)
 ps.register(app)
 pull.register(app)
+quantize.register(app)
 score.register(app)
 transcribe.register(app)
 tts.register(app)

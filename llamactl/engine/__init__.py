@@ -21,6 +21,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "llamactl.engine.grammar": ("json_grammar", "json_schema_grammar"),
     "llamactl.engine.speculative": ("parse_spec_types",),
     "llamactl.engine.lora": ("check_lora_adapter",),
+    "llamactl.engine.quantize": ("QUANT_TYPES", "quantize_gguf"),
     # chat
     "llamactl.engine.chat.model": ("ChatModel", "ChatRequest", "ChatStream", "RenderedChat"),
     "llamactl.engine.media_prompt": ("MediaInput", "UNSUPPORTED_MEDIA_MESSAGES"),
@@ -141,6 +142,7 @@ if TYPE_CHECKING:
     from llamactl.engine.lora import check_lora_adapter
     from llamactl.engine.media_prompt import UNSUPPORTED_MEDIA_MESSAGES, MediaInput
     from llamactl.engine.model import Model
+    from llamactl.engine.quantize import QUANT_TYPES, quantize_gguf
     from llamactl.engine.rerank import has_rank_head, rerank_template, rerank_tokens
     from llamactl.engine.speculative import parse_spec_types
     from llamactl.engine.stream import GenerationStream
@@ -169,6 +171,7 @@ __all__ = [
     "EAGERNESS",
     "EMBEDDED_ALIASES",
     "MEDIA_TYPES",
+    "QUANT_TYPES",
     "UNSUPPORTED_MEDIA_MESSAGES",
     "AudioService",
     "ChatEvent",
@@ -239,6 +242,7 @@ __all__ = [
     "open_synthesizer",
     "parse_spec_types",
     "pcm_bytes",
+    "quantize_gguf",
     "semantic_turn",
     "read_audio",
     "rerank_template",
