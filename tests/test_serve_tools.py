@@ -205,7 +205,7 @@ def test_tool_choice_with_response_format_is_refused(tool_server):
 
 
 # A call cut by max_tokens: finish "length" and no raw `<tool_call>` markup as text (the
-# cut call is dropped: docs/serve.md, Tool calls). The grammar of "required" makes the
+# cut call is dropped: docs/api-openai.md). The grammar of "required" makes the
 # answer start with the markup, so 6 tokens always cut it.
 
 

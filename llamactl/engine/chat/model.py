@@ -303,7 +303,7 @@ class ChatStream:
         if isinstance(event, Done):
             tools = self._tool_parsers[i]
             if tools is not None and event.finish_reason == "length":
-                tools.cut_off()  # a call cut by max_tokens is no content (docs/serve.md)
+                tools.cut_off()  # a call cut by max_tokens is no content (docs/api-openai.md)
             out.extend(parser.finish())
             out.append(event)
             return out
