@@ -8,6 +8,13 @@ _llamactl_files() {
     compopt -o filenames 2>/dev/null
 }
 
+_llamactl_models() {
+    local IFS=$'\n' dir="${LLAMACTL_MODELS_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/llamactl/models}" names='SmolLM2-135M-Instruct.Q4_1'
+    [[ -d "$dir" ]] && names+=$'\n'"$(cd "$dir" && find -L . -name '*.gguf' ! -name 'mmproj*' 2>/dev/null | sed -e 's|^\./||' -e 's|\.gguf$||')"
+    COMPREPLY=($(compgen -W "$names" -- "$1") $(compgen -f -- "$1"))
+    compopt -o filenames 2>/dev/null
+}
+
 _llamactl() {
     local cur prev w i skip=0 path="llamactl" opts subs args
     cur="${COMP_WORDS[COMP_CWORD]}"
@@ -46,7 +53,7 @@ _llamactl() {
     fi
     case "$path:$prev" in
         "llamactl chat:--model"|"llamactl chat:-m")
-            _llamactl_files -f "$cur"
+            _llamactl_models "$cur"
             return ;;
         "llamactl chat:--hf-repo"|"llamactl chat:-hf")
             COMPREPLY=()
@@ -202,7 +209,7 @@ _llamactl() {
             COMPREPLY=()
             return ;;
         "llamactl score:--model"|"llamactl score:-m")
-            _llamactl_files -f "$cur"
+            _llamactl_models "$cur"
             return ;;
         "llamactl score:--state"|"llamactl score:-s")
             COMPREPLY=()
@@ -229,7 +236,7 @@ _llamactl() {
             COMPREPLY=()
             return ;;
         "llamactl serve:--model"|"llamactl serve:-m")
-            _llamactl_files -f "$cur"
+            _llamactl_models "$cur"
             return ;;
         "llamactl serve:--hf-repo"|"llamactl serve:-hf")
             COMPREPLY=()
@@ -523,7 +530,7 @@ _llamactl() {
             _llamactl_files -f "$cur"
             return ;;
         "llamactl tts:--voice")
-            COMPREPLY=()
+            COMPREPLY=($(compgen -W "af am an ar as az ba be bg bn bpy bs ca ca-ba ca-nw ca-va chr-US-Qaaa-x-west cmn cmn-latn-pinyin cs cv cy da de el en-029 en-gb en-gb-scotland en-gb-x-gbclan en-gb-x-gbcwmd en-gb-x-rp en-shaw en-us en-us-nyc eo es es-419 et eu fa fa-latn fi fo fr-be fr-ch fr-fr ga gd gn grc gu hak haw he hi hr ht hu hy hyw ia id io is it ja jbo ka kaa kk kl kn ko kok ku ky la lb lfn lt ltg lv mi mk ml mr ms mt mto my nb nci ne nl nog om or pa pap piqd pl pt pt-br py qdb qu quc qya ro ru ru-cl ru-lv sd shn si sjn sk sl smj sq sr sv sw ta te th ti tk tn tr tt ug uk ur uz vi vi-vn-x-central vi-vn-x-south xex yue" -- "$cur"))
             return ;;
         "llamactl tts:--speed")
             COMPREPLY=()

@@ -3,6 +3,14 @@
 
 complete -c llamactl -f
 
+function __llamactl_models
+    set -l data $XDG_DATA_HOME; test -n "$data"; or set data $HOME/.local/share
+    set -l dir $LLAMACTL_MODELS_DIR; test -n "$dir"; or set dir $data/llamactl/models
+    echo 'SmolLM2-135M-Instruct.Q4_1'
+    test -d "$dir"; or return
+    find -L "$dir" -name '*.gguf' ! -name 'mmproj*' 2>/dev/null | string replace -- "$dir/" '' | string replace -r '\\.gguf$' ''
+end
+
 # llamactl
 complete -c llamactl -n __fish_use_subcommand -a chat -d 'Chat with a local model: interactively, one question at a time, or from a pipe'
 complete -c llamactl -n __fish_use_subcommand -a convert -d 'Convert a Hugging Face checkpoint to GGUF, in llama.cpp\'s own layout'
@@ -20,7 +28,7 @@ complete -c llamactl -n '__fish_use_subcommand' -s V -l version -d 'Show the ver
 complete -c llamactl -n '__fish_use_subcommand' -s h -l help -d 'Show this message and exit'
 
 # llamactl chat
-complete -c llamactl -n '__fish_seen_subcommand_from chat' -s m -l model -r -F -d 'GGUF path, alias or name in the models dir [embedded SmolLM2]'
+complete -c llamactl -n '__fish_seen_subcommand_from chat' -s m -l model -r -F -a '(__llamactl_models)' -d 'GGUF path, alias or name in the models dir [embedded SmolLM2]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l hf-repo -x -d 'Hugging Face model OWNER/REPO[:QUANT|:FILE], fetched into the models dir unless it is there (see `llamactl pull`) [none]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -s c -l ctx-size -x -d 'Total context over all slots; 0: min(train, 4096) per slot [0]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l threads -x -d 'Compute threads for generation [physical cores]'
@@ -109,7 +117,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from quantize' -s h -l help -d '
 complete -c llamactl -n '__fish_seen_subcommand_from quantize' -F
 
 # llamactl score
-complete -c llamactl -n '__fish_seen_subcommand_from score' -s m -l model -r -F -d 'Decision model: GGUF path, alias or name in the models directory'
+complete -c llamactl -n '__fish_seen_subcommand_from score' -s m -l model -r -F -a '(__llamactl_models)' -d 'Decision model: GGUF path, alias or name in the models directory'
 complete -c llamactl -n '__fish_seen_subcommand_from score' -s s -l state -x -d 'The state: text, or @FILE (JSON if it ends in .json; @- for stdin)'
 complete -c llamactl -n '__fish_seen_subcommand_from score' -s q -l question -x -d 'ID:TYPE:INSTRUCTIONS[:CRITERIA], repeatable'
 complete -c llamactl -n '__fish_seen_subcommand_from score' -s i -l image -r -F -d 'An image file (up to 8); needs the model\'s mmproj'
@@ -122,7 +130,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from score' -l json -d 'Print th
 complete -c llamactl -n '__fish_seen_subcommand_from score' -s h -l help -d 'Show this message and exit'
 
 # llamactl serve
-complete -c llamactl -n '__fish_seen_subcommand_from serve' -s m -l model -r -F -d 'GGUF path, alias or name in the models dir [embedded SmolLM2]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -s m -l model -r -F -a '(__llamactl_models)' -d 'GGUF path, alias or name in the models dir [embedded SmolLM2]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l hf-repo -x -d 'Hugging Face model OWNER/REPO[:QUANT|:FILE], fetched into the models dir unless it is there (see `llamactl pull`) [none]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s c -l ctx-size -x -d 'Total context over all slots; 0: min(train, 4096) per slot [0]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l parallel -x -d 'Slots: requests decoded together [4]'
@@ -252,7 +260,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -F
 # llamactl tts
 complete -c llamactl -n '__fish_seen_subcommand_from tts' -s o -l output -r -F -d 'Write the audio to this file'
 complete -c llamactl -n '__fish_seen_subcommand_from tts' -l play -d 'Play through the speakers'
-complete -c llamactl -n '__fish_seen_subcommand_from tts' -l voice -x -d 'Voice name (see --list-voices)'
+complete -c llamactl -n '__fish_seen_subcommand_from tts' -l voice -x -a 'af am an ar as az ba be bg bn bpy bs ca ca-ba ca-nw ca-va chr-US-Qaaa-x-west cmn cmn-latn-pinyin cs cv cy da de el en-029 en-gb en-gb-scotland en-gb-x-gbclan en-gb-x-gbcwmd en-gb-x-rp en-shaw en-us en-us-nyc eo es es-419 et eu fa fa-latn fi fo fr-be fr-ch fr-fr ga gd gn grc gu hak haw he hi hr ht hu hy hyw ia id io is it ja jbo ka kaa kk kl kn ko kok ku ky la lb lfn lt ltg lv mi mk ml mr ms mt mto my nb nci ne nl nog om or pa pap piqd pl pt pt-br py qdb qu quc qya ro ru ru-cl ru-lv sd shn si sjn sk sl smj sq sr sv sw ta te th ti tk tn tr tt ug uk ur uz vi vi-vn-x-central vi-vn-x-south xex yue' -d 'Voice name (see --list-voices)'
 complete -c llamactl -n '__fish_seen_subcommand_from tts' -l list-voices -d 'List the voices and exit'
 complete -c llamactl -n '__fish_seen_subcommand_from tts' -l speed -x -d 'Speaking rate, 0.25 to 4'
 complete -c llamactl -n '__fish_seen_subcommand_from tts' -l format -x -a 'wav pcm flac mp3' -d 'pcm is s16le mono; default: from -o\'s suffix, else wav'

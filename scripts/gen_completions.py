@@ -95,6 +95,8 @@ def _value_kind(param: Any) -> tuple[str, list[str]]:
         if type(ptype).__name__ in ("Path", "File"):
             dirs_only = getattr(ptype, "dir_okay", False) and not getattr(ptype, "file_okay", 1)
             return ("dir" if dirs_only else "file"), []
+    if "NAME" in (param.metavar or "") and "PATH" in (param.metavar or ""):
+        return "model", []  # a model: a name of the catalogue, or a file
     if "PATH" in (param.metavar or ""):
         return "file", []
     custom = getattr(param, "_custom_shell_complete", None)
@@ -102,10 +104,20 @@ def _value_kind(param: Any) -> tuple[str, list[str]]:
         values = [getattr(v, "value", v) for v in custom(None, param, "")]
         if values:
             return "choice", [str(v) for v in values]
-    choices = _setting_choices(param.name or "")
+    choices = _setting_choices(param.name or "") or _voice_choices(param.name or "")
     if choices:
         return "choice", choices
     return "none", []
+
+
+def _voice_choices(name: str) -> list[str]:
+    """`tts --voice`: the names of the eSpeak NG voices (its data ships with the
+    espeakng-loader wheel, so the list is the same wherever the pinned version is installed)."""
+    if name != "voice":
+        return []
+    from llamactl import open_synthesizer
+
+    return sorted(v.name for v in open_synthesizer().voices())
 
 
 def _setting_choices(name: str) -> list[str]:
@@ -162,6 +174,22 @@ def spec_from_app(app: typer.Typer) -> Cmd:
     return _command(typer.main.get_command(app), [PROG], None)
 
 
+# Model names for --model: the embedded model's (read at generation) and the models
+# directory's GGUF files (listed when Tab is pressed, by the shell: no Python), as
+# `llamactl models` names them; config aliases are not read.
+MODELS_DIR_SH = '"${LLAMACTL_MODELS_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/llamactl/models}"'
+LIST_MODELS_SH = (
+    "find -L . -name '*.gguf' ! -name 'mmproj*' 2>/dev/null | sed -e 's|^\\./||' -e 's|\\.gguf$||'"
+)
+
+
+def _embedded_name() -> str:
+    from llamactl.models import embedded_model_path
+
+    path = embedded_model_path()
+    return path.stem if path is not None else ""
+
+
 # ------------------------------------------------------------------- bash
 def _bash_words(words: list[str]) -> str:
     return " ".join(words)
@@ -169,6 +197,7 @@ def _bash_words(words: list[str]) -> str:
 
 def render_bash(root: Cmd) -> str:
     cmds = root.walk()
+    embedded = _embedded_name()
     descend = [
         f'            "{" ".join(c.path[:-1])} {c.path[-1]}") path="$path $w" ;;' for c in cmds[1:]
     ]
@@ -185,7 +214,9 @@ def render_bash(root: Cmd) -> str:
             if not o.takes_value:
                 continue
             pattern = "|".join(f'"{" ".join(c.path)}:{n}"' for n in o.names)
-            if o.kind == "file":
+            if o.kind == "model":
+                action = '_llamactl_models "$cur"'
+            elif o.kind == "file":
                 action = '_llamactl_files -f "$cur"'
             elif o.kind == "dir":
                 action = '_llamactl_files -d "$cur"'
@@ -213,6 +244,13 @@ def render_bash(root: Cmd) -> str:
 _llamactl_files() {{
     local IFS=$'\\n'
     COMPREPLY=($(compgen "$1" -- "$2"))
+    compopt -o filenames 2>/dev/null
+}}
+
+_llamactl_models() {{
+    local IFS=$'\\n' dir={MODELS_DIR_SH} names={embedded!r}
+    [[ -d "$dir" ]] && names+=$'\\n'"$(cd "$dir" && {LIST_MODELS_SH})"
+    COMPREPLY=($(compgen -W "$names" -- "$1") $(compgen -f -- "$1"))
     compopt -o filenames 2>/dev/null
 }}
 
@@ -272,6 +310,8 @@ def _zsh_quote(text: str) -> str:
 
 
 def _zsh_action(kind: str, choices: list[str]) -> str:
+    if kind == "model":
+        return "_llamactl_models"
     if kind == "file":
         return "_files"
     if kind == "dir":
@@ -328,9 +368,22 @@ def render_zsh(root: Cmd) -> str:
         f"#compdef {PROG}\n# zsh {HEADER}\n"
         "# Install: put this file, named _llamactl, in a directory on $fpath\n"
         "# (e.g. ~/.zfunc with fpath+=~/.zfunc before compinit), or source it.\n\n"
+        + _zsh_models()
         + "\n".join(functions)
         + f'\nif [[ $zsh_eval_context[-1] == loadautofunc ]]; then\n    _{root.ident} "$@"\n'
         f"else\n    compdef _{root.ident} {PROG}\nfi\n"
+    )
+
+
+def _zsh_models() -> str:
+    return (
+        "_llamactl_models() {\n"
+        f"    local dir={MODELS_DIR_SH}\n"
+        f"    local -a names=({_embedded_name()!r})\n"
+        f'    [[ -d "$dir" ]] && names+=(${{(f)"$(cd "$dir" && {LIST_MODELS_SH})"}})\n'
+        "    _describe -t models 'model' names\n"
+        "    _files\n"
+        "}\n\n"
     )
 
 
@@ -355,6 +408,15 @@ def render_fish(root: Cmd) -> str:
         "# Install: copy to ~/.config/fish/completions/llamactl.fish",
         "",
         f"complete -c {PROG} -f",
+        "",
+        "function __llamactl_models",
+        '    set -l data $XDG_DATA_HOME; test -n "$data"; or set data $HOME/.local/share',
+        '    set -l dir $LLAMACTL_MODELS_DIR; test -n "$dir"; or set dir $data/llamactl/models',
+        f"    echo {_embedded_name()!r}",
+        '    test -d "$dir"; or return',
+        "    find -L \"$dir\" -name '*.gguf' ! -name 'mmproj*' 2>/dev/null"
+        " | string replace -- \"$dir/\" '' | string replace -r '\\\\.gguf$' ''",
+        "end",
     ]
     for c in root.walk():
         cond = _fish_quote(_fish_condition(c))
@@ -371,6 +433,7 @@ def render_fish(root: Cmd) -> str:
             value = ""
             if o.takes_value:
                 value = {
+                    "model": " -r -F -a '(__llamactl_models)'",
                     "file": " -r -F",
                     "dir": " -x -a '(__fish_complete_directories)'",
                     "choice": " -x -a " + _fish_quote(" ".join(o.choices)),

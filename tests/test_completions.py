@@ -171,3 +171,38 @@ def app_commands() -> list[str]:
     from llamactl.cli.main import app
 
     return sorted(typer.main.get_command(app).commands)
+
+
+def _models_dir(root: Path) -> Path:
+    (root / "chat").mkdir(parents=True)
+    for name in ("qwen3-4b.gguf", "chat/phi-4.gguf", "mmproj-qwen3-4b.gguf"):
+        (root / name).write_bytes(b"GGUF")
+    return root
+
+
+def test_model_names_complete_from_the_catalogue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--model offers what `llamactl models` names: the embedded model and the models
+    directory's files (no projector), then files of the current directory."""
+    monkeypatch.setenv("LLAMACTL_MODELS_DIR", str(_models_dir(tmp_path / "models")))
+    assert bash_complete("chat", "-m", "qw") == ["qwen3-4b"]
+    assert bash_complete("serve", "--model", "chat/") == ["chat/phi-4"]
+    assert bash_complete("chat", "--model", "SmolLM2") == ["SmolLM2-135M-Instruct.Q4_1"]
+    assert bash_complete("chat", "--model", "pyproj") == ["pyproject.toml"]
+    assert "mmproj-qwen3-4b" not in bash_complete("chat", "-m", "")
+
+
+def test_tts_voices_complete() -> None:
+    assert bash_complete("tts", "--voice", "piq") == ["piqd"]
+    assert "en-us" in bash_complete("tts", "--voice", "en")
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
+def test_fish_completes_model_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLAMACTL_MODELS_DIR", str(_models_dir(tmp_path / "models")))
+    script = f"source {COMPLETIONS / 'llamactl.fish'}; __llamactl_models"
+    out = subprocess.run(
+        ["fish", "--no-config", "-c", script], capture_output=True, text=True, check=True
+    )
+    assert sorted(out.stdout.split()) == ["SmolLM2-135M-Instruct.Q4_1", "chat/phi-4", "qwen3-4b"]

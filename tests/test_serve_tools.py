@@ -202,3 +202,65 @@ def test_tool_choice_with_response_format_is_refused(tool_server):
     )
     assert r.status_code == 400
     assert r.json()["error"]["type"] == "invalid_request_error"
+
+
+# A call cut by max_tokens: finish "length" and no raw `<tool_call>` markup as text (the
+# cut call is dropped: docs/api-openai.md). The grammar of "required" makes the
+# answer start with the markup, so 6 tokens always cut it.
+
+
+def test_chat_call_cut_by_max_tokens_leaves_no_markup(client):
+    for stream in (False, True):
+        kwargs = dict(
+            model=MODEL,
+            messages=QUESTION,
+            tools=[WEATHER],
+            tool_choice="required",
+            temperature=0,
+            max_tokens=6,
+        )
+        if stream:
+            chunks = list(client.chat.completions.create(stream=True, **kwargs))
+            content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            reasons = [c.choices[0].finish_reason for c in chunks if c.choices]
+            assert reasons[-1] == "length"
+            assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
+        else:
+            choice = client.chat.completions.create(**kwargs).choices[0]
+            content = choice.message.content or ""
+            assert choice.finish_reason == "length" and not choice.message.tool_calls
+        assert "<tool_call" not in content and "{" not in content
+
+
+def test_responses_call_cut_by_max_tokens_leaves_no_markup(tool_server):
+    client = openai.OpenAI(base_url=tool_server.v1, api_key="x")
+    resp = client.responses.create(
+        model=MODEL,
+        input="What is the weather in Paris?",
+        max_output_tokens=6,
+        tools=[
+            {
+                "type": "function",
+                "name": "get_weather",
+                "parameters": WEATHER["function"]["parameters"],
+            }
+        ],
+        tool_choice="required",
+        temperature=0,
+    )
+    assert resp.status == "incomplete"
+    assert "<tool_call" not in json.dumps(resp.model_dump()["output"])
+
+
+def test_anthropic_call_cut_by_max_tokens_leaves_no_markup(tool_server):
+    client = anthropic.Anthropic(base_url=tool_server.url, api_key="x")
+    msg = client.messages.create(
+        model=MODEL,
+        max_tokens=6,
+        extra_body={"temperature": 0},
+        messages=QUESTION,
+        tools=[{"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}],
+        tool_choice={"type": "any"},
+    )
+    assert msg.stop_reason == "max_tokens"
+    assert all(b.type == "text" and "<tool_call" not in b.text for b in msg.content)

@@ -797,3 +797,24 @@ def test_the_engine_reasons_freely_then_writes_the_call(engine) -> None:
     events = pipeline.feed(text) + pipeline.finish()
     assert [type(e) for e in events] == [ReasoningDelta, ToolCallDelta], text
     assert _valid(WEATHER_SCHEMA, json.loads(events[1].arguments))
+
+
+def test_a_call_cut_off_by_max_tokens_is_dropped() -> None:
+    """After cut_off (finish "length"), an unfinished call or trigger is no content."""
+    for text, content in [
+        ('Ok <tool_call>\n{"name": "get_weather", "arguments": {"loca', "Ok"),
+        ("Ok <tool_", "Ok"),
+        ("just text", "just text"),
+    ]:
+        parser = ToolCallParser(F.HERMES)
+        events = parser.push(ContentDelta(text))
+        parser.cut_off()
+        events += parser.finish()
+        assert "".join(e.text for e in events if isinstance(e, ContentDelta)) == content
+    done = '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>\n<tool_call>\n{"na'
+    parser = ToolCallParser(F.HERMES)
+    events = parser.push(ContentDelta(done))
+    parser.cut_off()
+    events += parser.finish()
+    assert [e.name for e in events if isinstance(e, ToolCallDelta)] == ["f"]
+    assert not [e for e in events if isinstance(e, ContentDelta)]

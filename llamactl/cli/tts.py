@@ -148,7 +148,12 @@ def tts_command(
     to_stdout = output is None and not is_tty(sys.stdout)
     play = play or (output is None and not to_stdout)
     player = _open_player(synth.sample_rate) if play else None
-    chunks = synth.synthesize(text, voice=voice, speed=speed, speaker_ref=reference, seed=seed)
+    try:
+        chunks = synth.synthesize(text, voice=voice, speed=speed, speaker_ref=reference, seed=seed)
+    except InvalidRequestError as exc:
+        if voice is not None and str(exc).startswith("Field 'voice'"):
+            raise InvalidRequestError(_with_voice_list(str(exc), synth.voices())) from None
+        raise
     sinks: list[Callable[[np.ndarray], None]] = []
     if player is not None:
         sinks.append(player.write)
@@ -230,6 +235,17 @@ def _open_player(rate: int) -> BlockingPlayer:
         return BlockingPlayer(rate, factory=OUTPUT_STREAM_FACTORY)
     except PlaybackUnavailable as exc:
         raise PlaybackUnavailable(f"{exc}; or write a file with -o") from None
+
+
+def _with_voice_list(message: str, voices: list) -> str:
+    """A refused --voice, with the names it could have been (the error is read at a terminal,
+    where a list beats a pointer to --list-voices)."""
+    import textwrap
+
+    names = ", ".join(v.name for v in voices)
+    return f"{message}. The voices:\n" + textwrap.fill(
+        names, 88, break_on_hyphens=False, break_long_words=False
+    )
 
 
 def _print_voices(voices: list) -> None:

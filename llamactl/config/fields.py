@@ -135,7 +135,11 @@ def _lora_scaled(items: list[str]) -> tuple[tuple[str, float], ...]:
 
 def _no_limit(value: int | None) -> int | None:
     """-1 is llama-server's "no limit": the same as leaving the setting out on `serve`, and
-    the way to lift the interactive commands' answer limit."""
+    the way to lift the interactive commands' answer limit. 0 is refused, as the server
+    refuses `max_tokens: 0` (OpenAI and Anthropic ask for at least one token): an answer of
+    no token is not an answer."""
+    if value == 0:
+        raise ValueError("max_tokens must be -1 (no limit) or at least 1")
     return None if value == -1 else value
 
 

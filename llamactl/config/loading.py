@@ -262,10 +262,11 @@ def _build(merged: dict[str, Any], sources: dict[str, Source], path: Path | None
     try:
         settings = Settings(**merged)
     except ValidationError as e:
-        name = str(e.errors()[0]["loc"][0])
-        raise ConfigError(
-            f"{name} must be {_bounds(name)}, got {merged[name]} (from {sources[name]})"
-        ) from None
+        error = e.errors()[0]
+        name = str(error["loc"][0])
+        cause = error.get("ctx", {}).get("error")
+        rule = str(cause) if isinstance(cause, ValueError) else f"{name} must be {_bounds(name)}"
+        raise ConfigError(f"{rule}, got {merged[name]} (from {sources[name]})") from None
     settings.config_file = path
     settings.sources = sources
     return settings

@@ -89,6 +89,13 @@ class _Call:
     all_idle: bool = False  # wait until no slot is busy, admitting nothing meanwhile
 
 
+def _asked_slot_ctx(config: EngineConfig) -> int:
+    """The positions a slot was asked to hold (0: not asked, the model's default)."""
+    if not config.n_ctx:
+        return 0
+    return config.n_ctx if config.kv_unified else max(1, config.n_ctx // config.n_parallel)
+
+
 class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
     """Thread-safe front door to one model's batched context."""
 
@@ -139,7 +146,9 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         self._split_streams = not config.kv_unified and config.n_parallel > 1
         held = 1 if self._companions else 0
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(ctx)  # each slot's KV cells
-        self.n_ctx_slot = self.n_ctx_seq - held  # what a slot's prompt and answer may fill
+        # what a slot's prompt and answer may fill: llama.cpp pads each slot's cells to a
+        # multiple of 256, so a --ctx-size below that is kept as a limit of its own
+        self.n_ctx_slot = min(self.n_ctx_seq - held, _asked_slot_ctx(config) or self.n_ctx_seq)
         self._row_budget = self.n_batch - (config.n_parallel if self._companions else 0)
         self._checkpoints = not self._can_trim and config.ctx_checkpoints > 0
         cache_mib = config.cache_ram_mib
@@ -451,8 +460,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             raise InvalidRequestError(
                 f"n must be between 1 and the number of slots ({self.config.n_parallel}), got {r.n}"
             )
-        if r.max_tokens is not None and r.max_tokens < 0:
-            raise InvalidRequestError("max_tokens must not be negative")
+        if r.max_tokens is not None and r.max_tokens < 1:  # the first token is always sampled
+            raise InvalidRequestError("max_tokens must be at least 1 (None: no limit)")
         text = r.prompt if r.media is None else self._media_text(r)
         bad = [t for t in text if not 0 <= t < self.model.n_vocab]
         if bad:

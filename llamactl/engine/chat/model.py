@@ -249,6 +249,7 @@ class ChatStream:
         self.rendered = rendered
         markers = chat.markers
         self._parsers: list[TextStage] = []
+        self._tool_parsers: list[ToolCallParser | None] = []
         fmt = req.reasoning_format or "auto"
         for i in range(req.n):
             first: TextStage
@@ -266,8 +267,10 @@ class ChatStream:
             if chat.calls_tools(req):
                 tools = ToolCallParser(chat.tool_format, index=i, tools=req.tools)
                 self._parsers.append(OutputPipeline(first, tools))
+                self._tool_parsers.append(tools)
             else:
                 self._parsers.append(first)
+                self._tool_parsers.append(None)
         self._echo = req.echo and rendered.prefill
         self._prefill_sent = [False] * req.n
 
@@ -298,6 +301,9 @@ class ChatStream:
             self._prefill_sent[i] = True
             out.append(ContentDelta(self.rendered.prefill, i))
         if isinstance(event, Done):
+            tools = self._tool_parsers[i]
+            if tools is not None and event.finish_reason == "length":
+                tools.cut_off()  # a call cut by max_tokens is no content (docs/api-openai.md)
             out.extend(parser.finish())
             out.append(event)
             return out

@@ -119,6 +119,7 @@ class ToolCallParser:
         self._calls = 0
         self._started = False  # content or calls went out: start-only triggers are off
         self._after_calls = False  # whitespace right after calls is dropped
+        self._cut = False  # see cut_off
 
     @property
     def calls(self) -> int:
@@ -132,8 +133,15 @@ class ToolCallParser:
         return self._drain(final=False)
 
     def finish(self) -> list[ChatDelta]:
-        """Flush: an unfinished call is content after all, a partial marker just text."""
+        """Flush: an unfinished call is content after all, a partial marker just text;
+        after `cut_off`, both are dropped."""
         return self._drain(final=True)
+
+    def cut_off(self) -> None:
+        """The answer was cut (max_tokens, the context): an unfinished call or a partial
+        trigger at the end is the start of a call, not content, so `finish` drops it rather
+        than hand raw call markup to the client as text."""
+        self._cut = True
 
     def _drain(self, final: bool) -> list[ChatDelta]:
         out: list[ChatDelta] = []
@@ -146,8 +154,9 @@ class ToolCallParser:
     def _scan(self, final: bool, out: list[ChatDelta]) -> bool:
         hit = self._find_trigger()
         if hit is None:
-            ready = self._text[: len(self._text) - (0 if final else self._held_back())]
-            if not final:
+            held = 0 if final and not self._cut else self._held_back()
+            ready = self._text[: len(self._text) - held]
+            if not final or held:
                 ready = ready.rstrip(WS)  # trailing space waits: it is dropped before a call
             self._emit(ready, out)
             self._text = self._text[len(ready) :]
@@ -226,7 +235,11 @@ class ToolCallParser:
         except NeedMore:
             return False
         except NotACall:
-            pass
+            if self._cut:  # the call the answer was cut in: dropped, with what follows
+                self._section = None
+                self._scans.clear()
+                self._text = ""
+                return False
         self._close_section(out)
         return True
 
