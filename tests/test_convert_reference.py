@@ -209,8 +209,11 @@ def check_against(path: Path, forward, ckpt_dir: Path) -> None:
     ref = log_softmax(forward(weights, hp, ids))
     assert np.isfinite(ref).all()
     assert top[0][0] == int(np.argmax(ref))
+    # f16 KV rounding plus the CPU's kernels (AVX2 and AVX-512 accumulate in different
+    # orders): up to 5.2e-4 measured on an AVX2-only machine; a converter mistake (a tensor
+    # transposed, a norm offset missed) moves log-probs by 1e-2 and more
     for token, logprob in top:
-        assert abs(ref[token] - logprob) < 5e-4, (token, ref[token], logprob)
+        assert abs(ref[token] - logprob) < 1e-3, (token, ref[token], logprob)
 
 
 @pytest.mark.slow
