@@ -21,6 +21,7 @@ from llamactl.converters.torch_pickle import load as load_torch
 from llamactl.converters.writer import temp_path
 from rich.console import Console
 from synthetic_checkpoints import (
+    FAMILIES,
     build,
     cached,
     read_gguf,
@@ -189,19 +190,7 @@ def test_bf16_sharded_input_converts_to_the_same_values(tmp_path_factory, tmp_pa
 
 
 # ----------------------------------------------------------- detection and lies
-@pytest.mark.parametrize(
-    "family",
-    [
-        "lfm2-d1",
-        "lfm2-d1-omni",
-        "openbmb-minicpm-ocr-jev",
-        "openjev",
-        "openjev-qwen3",
-        "h2o-lightning",
-        "lev",
-        "kev",
-    ],
-)
+@pytest.mark.parametrize("family", FAMILIES)
 def test_every_family_is_detected(family, tmp_path_factory):
     expected = "openjev" if family == "openjev-qwen3" else family
     assert detect(Checkpoint(cached(tmp_path_factory, family))).decision_type == expected
