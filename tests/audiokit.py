@@ -153,8 +153,15 @@ def to_rate(samples: np.ndarray, src: int, dst: int) -> np.ndarray:
     return (np.clip(out, -1, 1) * 32767).astype(np.int16)
 
 
+# Whisper writes small numbers as digits ("at 7 in the morning"): the same word, not an error
+_SPELLED = "zero one two three four five six seven eight nine ten eleven twelve"
+_NUMBERS = _SPELLED.split()
+
+
 def words(text: str) -> list[str]:
-    return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
+    """Lower-case words without punctuation, small numbers spelled out."""
+    found = re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
+    return [_NUMBERS[int(w)] if w.isdigit() and int(w) < len(_NUMBERS) else w for w in found]
 
 
 def wer(reference: str, hypothesis: str) -> float:
@@ -167,6 +174,19 @@ def wer(reference: str, hypothesis: str) -> float:
             cost = diag + (ref[i - 1] != hyp[j - 1])
             diag, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, cost)
     return row[len(hyp)] / max(1, len(ref))
+
+
+def heard(sentence: int, text: str, bound: float = 0.5) -> bool:
+    """`text` is recognisably `SENTENCES[sentence]`: nearer to it than to any other test
+    sentence, and with at most `bound` of its words wrong.
+
+    For the tests about where speech goes (which item, which stream, what a commit or a
+    compaction keeps), not how well it is read: tiny.en's int8 reading of eSpeak's voice
+    moves with the CPU's kernels (AVX2 and AVX-512 machines mishear different words of the
+    same audio), so a tight bound there measured the CPU, not the behaviour. Accuracy has its
+    own tests, on whole files, at tighter bounds."""
+    scores = [wer(s, text) for s in SENTENCES]
+    return scores[sentence] <= bound and scores[sentence] == min(scores)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 import pytest
-from audiokit import SENTENCES, silence, speech, to_rate, utterances, wer
+from audiokit import SENTENCES, heard, silence, speech, to_rate, utterances
 
 from llamactl.engine.audio import (
     AudioService,
@@ -25,7 +25,6 @@ from llamactl.engine.audio.worker import AudioWorker, ComputeGate
 MODEL_FIXTURES = {"service"}  # fixtures that load a model: users are slow
 
 VOICE = "en-us+f2"
-WER_BOUND = 0.3  # per item
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +66,9 @@ def test_commits_complete_in_order_and_back_to_back_commits_are_items(service):
     for item in range(3):  # each item completes after its commit
         assert kinds.index(("Committed", item)) < kinds.index(("Completed", item))
     done = completed(events)
-    assert wer(SENTENCES[0], done[0].transcript) <= WER_BOUND, done[0].transcript
+    assert heard(0, done[0].transcript), done[0].transcript
     assert done[1].transcript == "" and done[1].duration == 0
-    assert wer(SENTENCES[1], done[2].transcript) <= WER_BOUND, done[2].transcript
+    assert heard(1, done[2].transcript), done[2].transcript
     assert done[0].end == done[1].start == done[1].end == done[2].start
     finals = [e for e in events if isinstance(e, Final)]
     assert {f.item for f in finals} == {0, 2}
@@ -84,8 +83,8 @@ def test_commit_inside_continuous_speech_splits_it_at_the_commit(service):
         stream.append(b)  # no pause: speech runs across the commit
         stream.commit()
         done = completed(drain(stream))
-    assert wer(SENTENCES[3], done[0].transcript) <= WER_BOUND, done[0].transcript
-    assert wer(SENTENCES[4], done[1].transcript) <= WER_BOUND, done[1].transcript
+    assert heard(3, done[0].transcript), done[0].transcript
+    assert heard(4, done[1].transcript), done[1].transcript
 
 
 def test_clear_drops_the_uncommitted_audio(service):
@@ -100,7 +99,7 @@ def test_clear_drops_the_uncommitted_audio(service):
     assert [e.item for e in events if isinstance(e, Cleared)] == [0]
     done = completed(events)
     assert list(done) == [1]
-    assert wer(SENTENCES[2], done[1].transcript) <= WER_BOUND
+    assert heard(2, done[1].transcript)
     assert "park" not in " ".join(e.delta for e in events if isinstance(e, Final)).lower()
 
 
@@ -118,7 +117,7 @@ def test_turn_detection_commits_each_utterance(service):
     assert started[0].position < stopped[0].position <= auto[0].position < started[1].position
     done = completed(events)
     for i in range(2):
-        assert wer(SENTENCES[i], done[i].transcript) <= WER_BOUND, done[i].transcript
+        assert heard(i, done[i].transcript), done[i].transcript
     assert done[2].transcript == ""  # the final commit holds only trailing silence
 
 
@@ -146,7 +145,7 @@ def test_partials_while_speaking_then_the_final(service):
     partials = [e for e in events if isinstance(e, Partial)]
     final = next(e for e in events if isinstance(e, Final))
     assert partials and events.index(partials[0]) < events.index(final)
-    assert wer(SENTENCES[1], final.segment.text) <= WER_BOUND
+    assert heard(1, final.segment.text)
 
 
 def test_concurrent_streams_never_mix(service):
@@ -164,8 +163,7 @@ def test_concurrent_streams_never_mix(service):
         stream.commit()
     for stream, sentence in zip(streams, (0, 2, 4), strict=True):
         text = completed(drain(stream))[0].transcript
-        scores = [wer(s, text) for s in SENTENCES]
-        assert min(scores) == scores[sentence] <= WER_BOUND, text
+        assert heard(sentence, text), text
         stream.close()
 
 
@@ -192,7 +190,7 @@ def test_partials_wait_while_the_language_model_decodes(service):
         stream.commit()
         events = drain(stream)
         assert not [e for e in events if isinstance(e, Partial)]
-        assert wer(SENTENCES[0], completed(events)[0].transcript) <= WER_BOUND
+        assert heard(0, completed(events)[0].transcript)
         stream.close()
     finally:
         worker.close()
@@ -211,7 +209,11 @@ def test_prefix_padding_survives_buffer_compaction(service):
         stream.append(np.concatenate([to_rate(pcm, rate, 16000), silence(9.0, 16000)]))
         stream.commit()
         done = completed(drain(stream))
-    assert wer(SENTENCES[0], done[0].transcript) <= WER_BOUND, done[0].transcript
+    assert heard(0, done[0].transcript), done[0].transcript
+    # the region reaches back by its prefix padding (300 ms) before the first sound, into
+    # audio the compaction would have dropped had it not kept it
+    onset = 1.0 + np.argmax(np.abs(pcm.astype(np.int32)) > 300) / rate
+    assert done[0].segments[0].start < onset - 0.15, (done[0].segments, onset)
 
 
 def test_a_reading_ahead_is_reused_only_when_it_holds_the_end_padding():

@@ -190,18 +190,23 @@ def test_text_turn_spoken_answer_event_order(client):
 
 
 def test_a_spoken_answer_caught_in_a_loop_is_ended(client):
-    """Without instructions, "Say hello to me." sends the embedded model at temperature 0 into
-    a run of emoji (silent when spoken) that only the context would end: the loop guard of
-    spoken answers ends it, status incomplete, reason repetition; the next turn is served."""
+    """Without instructions, the embedded model at temperature 0 answers "Quelles sont les
+    régions de la France ?" with "Les régions de la France, les régions de la France, ..."
+    that only the context would end: the loop guard of spoken answers ends it, status
+    incomplete, reason repetition; the next turn is served. (The phrase loop is the one the
+    chat tests use: it comes on every CPU the suite has run on, where "Say hello to me."
+    looped in emoji on some and was answered on others.)"""
     client.send("session.update", session={"type": "realtime", "instructions": ""})
     client.until("session.updated")
-    client.say("Say hello to me.")
+    client.say("Quelles sont les régions de la France ?")
     client.until("conversation.item.done")
     client.send("response.create", response={"max_output_tokens": 1000})
     done = client.until("response.done")[-1]["response"]
     assert done["status"] == "incomplete", (done["output"], done["usage"])
     assert done["status_details"]["reason"] == "repetition"
     assert done["usage"]["output_tokens"] < 200  # ended early, not by the token limit
+    spoken = done["output"][0]["content"][0]["transcript"]
+    assert spoken.count("les régions de la France") >= 2, spoken  # what was looping
     client.say(QUESTION)
     client.until("conversation.item.done")
     client.send("response.create", response={"max_output_tokens": 60})

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import openai
 import pytest
-from audiokit import SENTENCES, silence, speech, to_rate, wer
+from audiokit import SENTENCES, heard, silence, speech, to_rate
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
@@ -21,7 +21,6 @@ from llamactl.realtime import protocol
 MODEL_FIXTURES = {"live"}  # fixtures that load a model: users are slow
 
 VOICE = "en-us+f2"
-WER_BOUND = 0.3
 RATE = 24000
 
 
@@ -121,10 +120,8 @@ def test_session_created_and_updated(live):
     try:
         c.append(to_rate(pcm, rate, 16000))
         c.send("input_audio_buffer.commit")
-        # This test is about the new rate taking effect; accuracy has its own tests at
-        # WER_BOUND. At 16 kHz tiny.en sometimes mishears "to the city leaves" in this one
-        # synthetic sentence, so the bound here only asks that the words came through.
-        assert wer(SENTENCES[3], _transcripts(c.until(_COMPLETED))[0]) <= 0.5
+        # This test is about the new rate taking effect: the words came through
+        assert heard(3, _transcripts(c.until(_COMPLETED))[0])
     finally:
         c.close()  # a failure must not leave the session open for the tests after it
 
@@ -150,7 +147,7 @@ def test_appends_before_session_created_are_refused(live, monkeypatch):
     c.until("session.created")
     c.append(pcm24(0))  # the socket stays usable
     c.send("input_audio_buffer.commit")
-    assert wer(SENTENCES[0], _transcripts(c.until(_COMPLETED))[0]) <= WER_BOUND
+    assert heard(0, _transcripts(c.until(_COMPLETED))[0])
     c.close()
 
 
@@ -172,8 +169,8 @@ def test_commit_order_ids_and_previous_item_chain(client):
         deltas = "".join(events[i]["delta"] for i in mine if events[i]["type"] == _DELTA)
         assert deltas == events[mine[-1]]["transcript"]
     done = {e["item_id"]: e for e in events if e["type"] == _COMPLETED}
-    assert wer(SENTENCES[0], done[ids[0]]["transcript"]) <= WER_BOUND
-    assert wer(SENTENCES[1], done[ids[1]]["transcript"]) <= WER_BOUND
+    assert heard(0, done[ids[0]]["transcript"])
+    assert heard(1, done[ids[1]]["transcript"])
     assert done[ids[2]]["transcript"] == ""
     assert done[ids[0]]["usage"]["type"] == "duration"
     event_ids = [e["event_id"] for e in client.events]
@@ -211,7 +208,7 @@ def test_server_vad_commits_each_utterance(client):
     assert [e["item_id"] for e in started] == [e["item_id"] for e in committed]
     assert 600 < started[0]["audio_start_ms"] < 1000  # 1 s of silence, less the padding
     texts = _transcripts(events)
-    assert wer(SENTENCES[2], texts[0]) <= WER_BOUND and wer(SENTENCES[4], texts[1]) <= WER_BOUND
+    assert heard(2, texts[0]) and heard(4, texts[1])
 
 
 def test_clear_drops_the_uncommitted_audio(client):
@@ -222,7 +219,7 @@ def test_clear_drops_the_uncommitted_audio(client):
     events = client.until(_COMPLETED)
     assert "input_audio_buffer.cleared" in [e["type"] for e in events]
     (text,) = _transcripts(events)
-    assert wer(SENTENCES[3], text) <= WER_BOUND and "park" not in text.lower()
+    assert heard(3, text) and "park" not in text.lower()
 
 
 def test_four_concurrent_sessions_keep_their_own_transcripts(live):
@@ -247,8 +244,7 @@ def test_four_concurrent_sessions_keep_their_own_transcripts(live):
         t.join(180)
     assert not errors, errors
     for sentence, text in results.items():
-        scores = [wer(s, text) for s in SENTENCES]
-        assert min(scores) == scores[sentence] <= WER_BOUND, (sentence, text)
+        assert heard(sentence, text), (sentence, text)
     assert len(results) == 4
 
 
@@ -327,5 +323,5 @@ def test_openai_sdk_realtime_client(live):
             events.append(conn.recv())
     assert events[0].type == "input_audio_buffer.committed"
     assert events[0].previous_item_id is None
-    assert wer(SENTENCES[4], events[-1].transcript) <= WER_BOUND
+    assert heard(4, events[-1].transcript)
     assert events[-1].item_id == events[0].item_id

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from audiokit import SENTENCES, speech, to_rate, wer
+from audiokit import SENTENCES, heard, speech, to_rate
 from llamactl.converters import convert
 from llamactl.server.router import create_router_app
 from serverkit import THINK_TEMPLATE, free_port, hermetic_settings
@@ -518,7 +518,7 @@ def test_realtime_transcription_session_through_the_router(router: Router) -> No
             seen.append(event())
     types = [e["type"] for e in seen]
     assert types.index("input_audio_buffer.committed") < len(types) - 1
-    assert wer(SENTENCES[0], seen[-1]["transcript"]) <= 0.3, seen[-1]["transcript"]
+    assert heard(0, seen[-1]["transcript"]), seen[-1]["transcript"]
     # the session ran in the child of the model it named
     assert router.status("small") == "loaded"
 
