@@ -136,14 +136,52 @@ def test_prefix_entries_are_replaced_and_oversized_entries_skipped():
     assert cache.take([1, 2, 3, 4], 0, 0) is longer and len(cache) == 1
 
 
-def test_a_slot_is_saved_only_when_a_request_keeps_less_than_half(model):
+def test_an_entry_a_prompt_cuts_is_copied_out_and_kept():
+    """A prompt sharing only the start of an entry (another conversation after the same
+    system prompt) gets a copy; the entry stays for its own conversation's next turn."""
+    cache = PromptCache(1, ("layout",))
+    a = CacheEntry([1, 2, 3, 4], bytearray(10), ("layout",))  # type: ignore[arg-type]
+    b = CacheEntry([1, 2, 8, 9], bytearray(10), ("layout",))  # type: ignore[arg-type]
+    assert cache.add(a) and cache.add(b)
+    assert cache.take([1, 2, 3, 7], 0, 0) is a  # cuts a's tail: kept, now the newest
+    assert [e.tokens for e in cache.entries] == [[1, 2, 8, 9], [1, 2, 3, 4]]
+    assert cache.take([1, 2, 3, 4, 5], 0, 0) is a  # extends a whole: the slot holds it now
+    assert [e.tokens for e in cache.entries] == [[1, 2, 8, 9]]
+
+
+def test_without_cache_idle_slots_a_slot_is_saved_only_when_a_request_keeps_less_than_half(
+    model,
+):
     a = chat_tokens(model, "Name three rivers of Europe.")
-    with Engine(model, EngineConfig(n_parallel=1, n_ctx=2048)) as eng:
+    config = EngineConfig(n_parallel=1, n_ctx=2048, cache_idle_slots=False)
+    with Engine(model, config) as eng:
         run(eng, a)
         run(eng, a[:-3] + model.tokenize("x", add_special=False))  # keeps most of it
         assert eng.cache.stats.saves == 0
         run(eng, chat_tokens(model, "Completely different.", system="Other"))
         assert eng.cache.stats.saves == 1
+
+
+def test_conversations_sharing_a_system_prompt_keep_their_tails(model):
+    """Three conversations over two slots, all with one system prompt: a request taking
+    another conversation's slot keeps most of it (the system prompt), and that slot is still
+    saved first, so every second turn finds its whole first turn (llama-server keeps them
+    too: it saves each idle slot). Without `cache_idle_slots`, the half rule loses them."""
+    system = "You are a helpful assistant who answers every question in one short line."
+    firsts = [chat_tokens(model, f"Conversation {n}: name a colour.", system) for n in range(3)]
+    for idle in (True, False):
+        config = EngineConfig(n_parallel=2, n_ctx=2 * 1024, cache_idle_slots=idle)
+        with Engine(model, config) as eng:
+            answers = [run(eng, p, max_tokens=8) for p in firsts]
+            seconds = [
+                p + list(a.token_ids) + model.tokenize(" And another?", add_special=False)
+                for p, a in zip(firsts, answers, strict=True)
+            ]
+            cached = [run(eng, p, max_tokens=4).usage.cached_tokens for p in seconds]
+        if idle:
+            assert all(c >= len(p) for c, p in zip(cached, firsts, strict=True)), cached
+        else:
+            assert any(c < len(p) for c, p in zip(cached, firsts, strict=True)), cached
 
 
 def test_no_cache_idle_slots_leaves_the_slots_children_take(model):
@@ -170,7 +208,7 @@ def test_similar_prompts_go_to_the_slot_holding_their_prefix(model):
             run(eng, p, max_tokens=2)
         again = run(eng, prompts[0], max_tokens=2)
         assert again.usage.cached_tokens == len(prompts[0]) - 1
-        assert eng.cache.stats.saves == 0  # nothing had to leave a slot
+        assert eng.cache.stats.restores == 0  # its own slot still held it
 
 
 def test_a_similar_prompt_leaves_the_conversation_whole_while_a_slot_is_empty(model):

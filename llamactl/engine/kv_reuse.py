@@ -96,17 +96,19 @@ class SlotMemory:
 
     # ------------------------------------------------------------ prompt cache
     def offer(self, slot: Slot, lcp: int, *, idle: bool = False) -> None:
-        """Save a finished completion's KV before a new request overwrites it (once): the
-        slot a request takes when the request keeps less than half of it (llama-server's
-        rule), and, with `cache_idle_slots`, other idle slots whose KV a request needs."""
+        """Save a finished completion's KV before a new request overwrites it (once).
+
+        With `cache_idle_slots` (the default) whenever a request would cut it: llama-server
+        saves every idle slot after each launch, so a conversation whose slot is taken by
+        another sharing most of its prefix (a long system prompt) keeps its tail. Without it,
+        only the slot a request takes, and only when the request keeps less than half of it
+        (llama-server's rule then)."""
         if not slot.saveable or not slot.kv_tokens:
             return
         n = len(slot.kv_tokens)
         if lcp >= n:  # the new prompt extends it: nothing is lost
             return
-        if idle and not self.config.cache_idle_slots:
-            return
-        if not idle and lcp / n >= 0.5:
+        if not self.config.cache_idle_slots and (idle or lcp / n >= 0.5):
             return
         slot.saveable = False
         cache = self.cache

@@ -96,7 +96,10 @@ class PromptCache:
         return True
 
     def take(self, tokens: list[int], current_lcp: int, current_len: int) -> CacheEntry | None:
-        """Remove and return the entry that beats the slot's own KV for `tokens`, if any.
+        """The entry that beats the slot's own KV for `tokens`, if any; removed from the
+        cache when `tokens` extend it whole (the slot then holds all of it), kept when they
+        cut it (another conversation sharing its system prompt would otherwise take it and
+        throw its tail away).
 
         An entry must keep at least a quarter of itself (`f_keep`) and beat the slot on both
         the share of itself it keeps and the share of the new prompt it covers (`f_sim`).
@@ -115,6 +118,8 @@ class PromptCache:
                 best, best_keep, best_sim = e, f_keep, f_sim
         if best is not None:
             self.entries.remove(best)
+            if common_prefix(best.tokens, tokens) < len(best.tokens):
+                self.entries.append(best)  # kept, as the most recently used
             self.stats.restores += 1
         return best
 
