@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Debian packages llamactl's optional features use: PortAudio (microphone), eSpeak NG (speech),
-# tmux (terminal tests), zsh and fish (completion tests). Safe to re-run; prints what it could not install instead of failing.
+# tmux (terminal tests), zsh and fish (completion tests), HAProxy and iproute2 (the scale-out
+# tests: replicas in network namespaces behind a balancer). Safe to re-run; prints what it could not install instead of failing.
 set -uo pipefail
-packages=(libportaudio2 espeak-ng tmux zsh fish)
+packages=(libportaudio2 espeak-ng tmux zsh fish haproxy iproute2)
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "install-system-deps: no apt-get here; install ${packages[*]} with your package manager" >&2
   exit 0

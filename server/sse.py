@@ -118,6 +118,7 @@ def sse_response(
     *,
     ping_interval: float | None,
     on_close: Callable[[], None] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> StreamingResponse:
     async def body() -> AsyncIterator[str]:
         try:
@@ -130,5 +131,5 @@ def sse_response(
     return StreamingResponse(
         body(),
         media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
     )

@@ -308,6 +308,20 @@ def test_create_non_stream(server):
     assert u.output_tokens_details.reasoning_tokens == 0
 
 
+def test_every_response_names_its_id_in_a_header(server):
+    """`X-Response-Id`, before the body: what a balancer keys `previous_response_id` on
+    (docs/scale.md)."""
+    body = {"input": "Say hello.", "max_output_tokens": 4, **GREEDY}
+    r = httpx.post(server.url + "/v1/responses", json=body, timeout=60)
+    assert r.headers["X-Response-Id"] == r.json()["id"]
+    with httpx.stream(
+        "POST", server.url + "/v1/responses", json={**body, "stream": True}, timeout=60
+    ) as s:
+        rid = s.headers["X-Response-Id"]
+        last = [line for line in s.iter_lines() if line.startswith("data: ")][-1]
+    assert json.loads(last[6:])["response"]["id"] == rid
+
+
 def test_stream_event_sequence(server):
     events, raw = sse_events(
         server, {"input": "Name a colour.", "max_output_tokens": 5, "stream": True, **GREEDY}

@@ -288,6 +288,8 @@ class ResponseRun:
 
 # ---------------------------------------------------------------------------- entries
 
+RESPONSE_ID_HEADER = "X-Response-Id"
+
 
 async def create_response(request: Request, body: ResponsesRequest) -> Any:
     state = server_state(request)
@@ -302,7 +304,7 @@ async def create_response(request: Request, body: ResponsesRequest) -> Any:
     run = ResponseRun(state, stream, conv, echo(state, body, conv, params), keep)
     if body.stream:
         return _sse(run, interval)
-    return JSONResponse(await run.collect(request))
+    return JSONResponse(await run.collect(request), headers=_id_header(run))
 
 
 def _start(
@@ -322,7 +324,16 @@ def _start(
 
 
 def _sse(run: ResponseRun, interval: float | None) -> StreamingResponse:
-    return sse_response(run.frames(), ping_interval=interval, on_close=run.stream.cancel)
+    return sse_response(
+        run.frames(), ping_interval=interval, on_close=run.stream.cancel, headers=_id_header(run)
+    )
+
+
+def _id_header(run: ResponseRun) -> dict[str, str]:
+    """The response's id as a header, sent before the body: a load balancer reads it to send
+    the requests that name it as `previous_response_id` to the replica that stored it (the
+    body of a stream comes too late for that). See docs/scale.md."""
+    return {RESPONSE_ID_HEADER: run.id}
 
 
 def count_input_tokens(request: Request, body: InputTokensRequest) -> dict[str, Any]:
