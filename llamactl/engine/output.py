@@ -143,6 +143,7 @@ class OutputProcessor:
             self.memory.clear(slot)  # children share their parent's prompt: never cached
         else:
             slot.saveable = self.memory.cache is not None and req is not None and req.cache_prompt
+            slot.answer_from = len(req.prompt) if req is not None else None
         slot.last_used = now
         slot._reset_job()
         slot.state = "idle"

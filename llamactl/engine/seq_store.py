@@ -89,6 +89,7 @@ class SeqStore:
                 "Unable to restore slot: llama.cpp refused the saved state for this context"
             )
         slot.kv_tokens = list(snap.tokens)
+        slot.answer_from = None  # a restored file: any cut of it is a loss
         slot.checkpoints = list(snap.checkpoints)
         slot.saveable = memory.cache is not None
         slot.last_used = time.perf_counter()

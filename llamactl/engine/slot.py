@@ -30,6 +30,8 @@ class Slot:
         self.kv_tokens: list[int] = []  # exactly what the KV cache holds for this sequence
         self.checkpoints: list[Checkpoint] = []  # partial states, oldest first
         self.saveable = False  # the KV is a finished completion's, not yet offered to the cache
+        # where that completion's answer starts in kv_tokens (None: not a finished completion)
+        self.answer_from: int | None = None
         self.last_used = 0.0
         self.last_job: SlotJob | None = None
         self.request: GenerationRequest | None = None
