@@ -49,8 +49,12 @@ def haproxy_config(
     tunnel_timeout: str = "1h",
     response_ids: int = 1_000_000,
     response_id_ttl: str = "24h",
+    affinity: bool = True,
 ) -> str:
-    """The configuration text for `replicas` (HOST:PORT each), listening on `bind`."""
+    """The configuration text for `replicas` (HOST:PORT each), listening on `bind`.
+
+    `affinity=False` leaves `X-Session-Id` unread (every request but a chained Responses turn
+    goes by `leastconn`): the baseline bench/scale.py compares affinity with."""
     if not replicas:
         raise ValueError("at least one replica is needed")
     for address in replicas:
@@ -62,6 +66,12 @@ def haproxy_config(
     servers = "\n".join(f"    server {name} {address} id {i}" for i, (name, address) in pairs)
     tracked = "\n".join(
         f"    server {name} {address} id {i} track stateless/{name}" for i, (name, address) in pairs
+    )
+    conversation_rule = (
+        "    # a conversation keeps to one replica: its prompt cache is there\n"
+        f"    use_backend conversations if {{ req.hdr({SESSION_HEADER}) -m found }}\n"
+        if affinity
+        else ""
     )
     return f"""\
 # HAProxy in front of {len(replicas)} llamactl replicas: made by scripts/haproxy_config.py,
@@ -92,9 +102,7 @@ frontend llamactl
 if {{ method POST }} {{ path_end /responses }}
     # a chained Responses turn must reach the replica that stored the response it names
     use_backend stateless if {{ var(txn.previous) -m found }}
-    # a conversation keeps to one replica: its prompt cache is there
-    use_backend conversations if {{ req.hdr({SESSION_HEADER}) -m found }}
-    default_backend stateless
+{conversation_rule}    default_backend stateless
 
 backend stateless
     balance leastconn
@@ -121,9 +129,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("replicas", nargs="+", metavar="HOST:PORT", help="the llamactl replicas")
     ap.add_argument("--bind", default=":8080", help="where HAProxy listens (default :8080)")
     ap.add_argument("--check-interval", default="1s", help="health-check period (default 1s)")
+    ap.add_argument(
+        "--no-affinity", action="store_true", help="ignore X-Session-Id (a baseline to compare)"
+    )
     args = ap.parse_args(argv)
     try:
-        text = haproxy_config(args.replicas, bind=args.bind, check_interval=args.check_interval)
+        text = haproxy_config(
+            args.replicas,
+            bind=args.bind,
+            check_interval=args.check_interval,
+            affinity=not args.no_affinity,
+        )
     except ValueError as exc:
         print(f"haproxy_config: {exc}", file=sys.stderr)
         return 2

@@ -12,184 +12,69 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 from processkit import NO_EOS
 from prometheus_client.parser import text_string_to_metric_families
-from serverkit import free_port
 from websockets.sync.client import connect
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
-from haproxy_config import haproxy_config  # noqa: E402
+import netns_cluster  # noqa: E402
+from netns_cluster import Replica  # noqa: E402
 
 MODEL_FIXTURES = {"cluster"}  # fixtures that load a model: users are slow
-REPLICAS = 3
-PORT = 8080
 
-
-def _why_not() -> str | None:
-    if os.geteuid() != 0:
-        return "network namespaces need root"
-    for tool in ("ip", "haproxy"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (scripts/install-system-deps.sh)"
-    probe = f"llprobe{os.getpid()}"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True)
-    if made.returncode != 0:
-        return f"ip netns does not work here: {made.stderr.decode().strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None
-
-
-_REASON = _why_not()
+_REASON = netns_cluster.unavailable()
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 
 
-def sh(*cmd: str) -> None:
-    subprocess.run(cmd, check=True, capture_output=True)
+def metrics(replica: Replica) -> dict[str, float]:
+    """name -> value, parsed by Prometheus's own client library."""
+    text = httpx.get(replica.url + "/metrics", timeout=10).text
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
-@dataclass
-class Replica:
-    name: str
-    namespace: str
-    address: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.address}:{PORT}"
-
-    def metrics(self) -> dict[str, float]:
-        """name{labels} -> value, parsed by Prometheus's own client library."""
-        text = httpx.get(self.url + "/metrics", timeout=10).text
-        out = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                out[sample.name] = sample.value
-        return out
-
-    def running(self) -> float:
-        return self.metrics()["vllm:num_requests_running"]
+def running(replica: Replica) -> float:
+    return metrics(replica)["vllm:num_requests_running"]
 
 
-@dataclass
 class Cluster:
-    url: str
-    replicas: list[Replica]
+    def __init__(self, inner: netns_cluster.Cluster) -> None:
+        self.url, self.replicas = inner.url, inner.replicas
 
     def chat(self, messages, session: str | None = None, **fields) -> httpx.Response:
         headers = {"X-Session-Id": session} if session else {}
         body = {"messages": messages, "max_tokens": 8, "temperature": 0, **fields}
-        return httpx.post(
-            self.url + "/v1/chat/completions", json=body, headers=headers, timeout=180
-        )
-
-
-def _environment(root: Path) -> dict[str, str]:
-    """The test's environment without settings variables, with XDG homes of its own."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("LLAMACTL_", "LLAMA_ARG_", "LLAMA_API_KEY"))
-    }
-    for name in ("CONFIG", "DATA", "CACHE", "STATE"):
-        env[f"XDG_{name}_HOME"] = str(root / name.lower())
-    env["LLAMACTL_SHUTDOWN_GRACE"] = "60"  # a drained stream has time to finish
-    return env
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"{url} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        time.sleep(0.2)
-    pytest.fail(f"{url} never became healthy:\n{log.read_text()[-3000:]}")
+        url = self.url + "/v1/chat/completions"
+        return httpx.post(url, json=body, headers=headers, timeout=180)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    serve_args = ("--parallel", "2", "--threads", "1", "--temperature", "0")
+    env = {"LLAMACTL_SHUTDOWN_GRACE": "60"}  # a drained stream has time to finish
     root = tmp_path_factory.mktemp("cluster")
-    tag = f"ll{os.getpid() % 100000}"
-    env = _environment(root)
-    namespaces: list[str] = []
-    links: list[str] = []
-    replicas: list[Replica] = []
-    haproxy: subprocess.Popen[bytes] | None = None
-    try:
-        for i in range(1, REPLICAS + 1):
-            ns, host_end, ns_end = f"{tag}r{i}", f"{tag}h{i}", f"{tag}n{i}"
-            sh("ip", "netns", "add", ns)
-            namespaces.append(ns)
-            sh("ip", "link", "add", host_end, "type", "veth", "peer", "name", ns_end)
-            links.append(host_end)
-            sh("ip", "link", "set", ns_end, "netns", ns)
-            sh("ip", "addr", "add", f"10.231.{i}.1/24", "dev", host_end)
-            sh("ip", "link", "set", host_end, "up")
-            sh("ip", "-n", ns, "addr", "add", f"10.231.{i}.2/24", "dev", ns_end)
-            sh("ip", "-n", ns, "link", "set", ns_end, "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-            log = root / f"r{i}.log"
-            with log.open("wb") as err:
-                # `ip netns exec` execs the server: signals sent to proc reach it
-                proc = subprocess.Popen(
-                    ["ip", "netns", "exec", ns, sys.executable, "-m", "llamactl", "serve"]
-                    + ["--host", f"10.231.{i}.2", "--port", str(PORT), "--parallel", "2"]
-                    + ["--threads", "1", "--metrics", "--temperature", "0"],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=err,
-                    env=env,
-                )
-            replicas.append(Replica(f"r{i}", ns, f"10.231.{i}.2", proc, log))
-        for r in replicas:
-            _wait_healthy(r.url, r.proc, r.log)
-        port = free_port()
-        config = root / "haproxy.cfg"
-        addresses = [f"{r.address}:{PORT}" for r in replicas]
-        config.write_text(
-            haproxy_config(addresses, bind=f"127.0.0.1:{port}", check_interval="200ms")
-        )
-        haproxy_log = root / "haproxy.log"
-        with haproxy_log.open("wb") as err:
-            haproxy = subprocess.Popen(
-                ["haproxy", "-db", "-f", str(config)], stdout=err, stderr=err, env=env
-            )
-        _wait_healthy(f"http://127.0.0.1:{port}", haproxy, haproxy_log, timeout=30)
-        yield Cluster(f"http://127.0.0.1:{port}", replicas)
-    finally:
-        for proc in [r.proc for r in replicas] + ([haproxy] if haproxy else []):
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        for link in links:
-            subprocess.run(["ip", "link", "del", link], capture_output=True)
-        for ns in namespaces:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    with netns_cluster.cluster(root, serve_args=serve_args, env=env) as inner:
+        yield Cluster(inner)
 
 
 def _served(cluster: Cluster) -> list[float]:
     """Prompt tokens each replica has processed or taken from its cache, so far."""
     out = []
     for r in cluster.replicas:
-        m = r.metrics()
+        m = metrics(r)
         out.append(m["llamacpp:prompt_tokens_total"] + m["llamacpp:prompt_tokens_cached_total"])
     return out
 
@@ -263,7 +148,7 @@ def test_a_realtime_session_stays_on_one_replica(cluster: Cluster) -> None:
     whose generated-token counter moved), the second with the first in its context."""
 
     def predicted() -> list[float]:
-        return [r.metrics()["llamacpp:tokens_predicted_total"] for r in cluster.replicas]
+        return [metrics(r)["llamacpp:tokens_predicted_total"] for r in cluster.replicas]
 
     url = cluster.url.replace("http://", "ws://") + "/v1/realtime"
     moved: list[int] = []
@@ -309,15 +194,15 @@ def test_metrics_are_prometheus_text_and_move_with_load(cluster: Cluster) -> Non
         "llamacpp:tokens_predicted_total",
     }
     for r in cluster.replicas:
-        assert names <= set(r.metrics()), r.name
+        assert names <= set(metrics(r)), r.name
     # a long stream on some replica: that replica's running gauge shows it while it runs
     with _long_stream(cluster, tokens=200) as lines:
         next(lines)
-        assert sum(r.running() for r in cluster.replicas) >= 1
+        assert sum(running(r) for r in cluster.replicas) >= 1
     deadline = time.monotonic() + 30
-    while sum(r.running() for r in cluster.replicas) and time.monotonic() < deadline:
+    while sum(running(r) for r in cluster.replicas) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert sum(r.running() for r in cluster.replicas) == 0
+    assert sum(running(r) for r in cluster.replicas) == 0
 
 
 # ------------------------------------------------------------------------- failures
@@ -342,7 +227,7 @@ def _busy(cluster: Cluster) -> Replica:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         for r in cluster.replicas:
-            if r.proc.poll() is None and r.running() > 0:
+            if r.proc.poll() is None and running(r) > 0:
                 return r
         time.sleep(0.05)
     pytest.fail("no replica shows the stream running")
@@ -399,7 +284,8 @@ def test_a_killed_replica_fails_only_its_own_streams(cluster: Cluster) -> None:
         t.start()
     time.sleep(1.0)
     victim = _busy(cluster)
-    on_victim = victim.running()
+    seen = metrics(victim)  # in flight there: generating, or queued for a slot
+    on_victim = seen["vllm:num_requests_running"] + seen["vllm:num_requests_waiting"]
     victim.proc.send_signal(signal.SIGKILL)
     victim.proc.wait(10)
     for t in threads:
