@@ -84,6 +84,17 @@ def model_load(settings: Settings) -> ModelLoad:
     return ModelLoad(**values)
 
 
+def check_rpc(settings: Settings) -> None:
+    """--rpc on a build without llama.cpp's RPC backend: an error before anything starts."""
+    if not settings.rpc:
+        return
+    from llamactl.engine.rpc import rpc_unsupported
+
+    missing = rpc_unsupported()
+    if missing:
+        raise ConfigError(missing)
+
+
 def gpu_note(settings: Settings) -> str | None:
     """The one line a CPU-only build prints when GPU flags were given: accepted, no effect."""
     given = [

@@ -46,7 +46,7 @@ from llamactl.cli._settings_options import settings_options
 from llamactl.config import Settings, load_settings
 from llamactl.config.fields import CHAT
 from llamactl.config.interactive import INTERACTIVE, interactive_settings
-from llamactl.engine_settings import gpu_note, sampling_defaults
+from llamactl.engine_settings import check_rpc, gpu_note, sampling_defaults
 
 if TYPE_CHECKING:
     from llamactl import ChatStream
@@ -121,6 +121,7 @@ def chat_command(
     ] = False,
 ) -> None:
     settings = interactive_settings(load_settings(overrides))
+    check_rpc(settings)
     print_note(gpu_note(settings))
     question = join_prompt(read_piped_stdin(), prompt)
     if question is None:

@@ -15,7 +15,12 @@ from llamactl.cli._output import print_note, stderr_console
 from llamactl.cli._settings_options import settings_options
 from llamactl.config import load_settings
 from llamactl.config.fields import ROUTER_PANEL, SERVE, SERVER_PANEL
-from llamactl.engine_settings import chat_template, chat_template_kwargs, gpu_note
+from llamactl.engine_settings import (
+    chat_template,
+    chat_template_kwargs,
+    check_rpc,
+    gpu_note,
+)
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -124,6 +129,7 @@ def serve_command(
     if log_file is not None:
         _check_writable(log_file)
     settings = load_settings({**overrides, "models_dir": models_dir})
+    check_rpc(settings)
     print_note(gpu_note(settings))
     if models_dir is not None or settings.models_preset is not None:
         _serve_router(settings, models_dir is not None, logs)

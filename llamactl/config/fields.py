@@ -21,6 +21,7 @@ from pydantic.dataclasses import is_pydantic_dataclass
 from pydantic.fields import FieldInfo
 
 from llamactl import paths
+from llamactl.core.endpoints import check_host_port
 from llamactl.core.errors import ConfigError
 from llamactl.engine.limits import DEFAULT_SLOT_CTX, MAX_DRAFT, physical_cores
 from llamactl.engine.types import ReasoningFormat
@@ -154,6 +155,11 @@ def _proportions(items: list[str]) -> tuple[float, ...]:
     if any(not 0.0 <= v < float("inf") for v in out):
         raise ConfigError("tensor_split: proportions are numbers of at least 0")
     return out
+
+
+def _rpc_servers(items: list[str]) -> list[str]:
+    """`--rpc host1:50052,host2:50052`, each HOST:PORT (llama-server takes the same list)."""
+    return [check_host_port(item.strip()) for item in items if item.strip()]
 
 
 def _flash_on(value: str) -> bool:
@@ -505,6 +511,16 @@ class Settings:
         Field(description="Share of the model per GPU, comma-separated proportions, e.g. 3,1."),
         Flag(_GPU, short="-ts", metavar="N0,N1,...", shown_default="even"),
         Weights("tensor_split", convert=_proportions),
+    ] = Field(default_factory=list)
+    rpc: Annotated[
+        list[str],
+        AfterValidator(_rpc_servers),
+        Field(
+            description="llama.cpp rpc-servers on other hosts to spread the model over, as"
+            " llama-server's --rpc (needs llama-cpp-python built with GGML_RPC=ON)."
+        ),
+        Flag(_GPU, metavar="HOST:PORT,...", shown_default="none"),
+        Weights("rpc_servers", convert=tuple),
     ] = Field(default_factory=list)
     mlock: Annotated[
         bool,

@@ -21,6 +21,7 @@ from llamactl.core.decision_keys import has_decision_type
 from llamactl.core.errors import ModelLoadError
 
 from ._backend import ensure_backend, held_errors, vocab_of
+from .rpc import add_rpc_servers
 from .tokenize_chunks import CHUNK_CHARS, SpecialCuts
 
 
@@ -67,6 +68,7 @@ class ModelLoad:
     tensor_split: tuple[float, ...] = ()
     use_mmap: bool = True
     use_mlock: bool = False
+    rpc_servers: tuple[str, ...] = ()  # other hosts' rpc-server, registered before loading
 
 
 def gpu_offload_supported() -> bool:
@@ -80,6 +82,7 @@ def model_params(
 ) -> tuple[llama_cpp.llama_model_params, object]:
     """llama.cpp's model parameters for `load`, and the array `tensor_split` points into (keep
     it alive until the model is loaded)."""
+    add_rpc_servers(load.rpc_servers)  # before the defaults: they list the devices
     params = llama_cpp.llama_model_default_params()
     if load.split_mode not in _SPLIT_MODES:
         raise ModelLoadError(f"--split-mode: none, layer or row, got {load.split_mode!r}")

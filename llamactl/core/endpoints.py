@@ -1,0 +1,18 @@
+"""HOST:PORT as llama.cpp's tools take it (`--rpc host:50052`): a name, an IPv4 address or a
+bracketed IPv6 one, and a port from 1 to 65535."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["check_host_port"]
+
+_HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d{1,5})$")
+
+
+def check_host_port(value: str) -> str:
+    """`value` itself, or a ValueError naming it."""
+    match = _HOST_PORT.match(value)
+    if not match or not 0 < int(match.group(2)) < 65536:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return value
