@@ -15,29 +15,20 @@ Websockets (`/v1/realtime`) stay on the replica that accepted them for their who
 Health checks read `/health`, which answers 503 while a replica loads or drains, so a
 draining replica finishes its streams while new requests go elsewhere. A request is retried
 on another replica only when it never reached one (connection refused): a generation that
-started is never run twice. Standard library only: runs wherever HAProxy is configured.
+started is never run twice.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
+
+from llamactl.core.endpoints import check_host_port
 
 __all__ = ["RESPONSE_ID_HEADER", "SESSION_HEADER", "haproxy_config"]
 
 SESSION_HEADER = "X-Session-Id"
 RESPONSE_ID_HEADER = "X-Response-Id"  # server/openai/responses/serving.py sets it
-
-_ADDRESS = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d{1,5})$")
-
-
-def check_address(address: str) -> str:
-    """HOST:PORT, or a ValueError that says what is wrong."""
-    match = _ADDRESS.match(address)
-    if not match or not 0 < int(match.group(2)) < 65536:
-        raise ValueError(f"not HOST:PORT: {address!r}")
-    return address
 
 
 def haproxy_config(
@@ -58,7 +49,7 @@ def haproxy_config(
     if not replicas:
         raise ValueError("at least one replica is needed")
     for address in replicas:
-        check_address(address)
+        check_host_port(address)
     names = [f"r{i}" for i in range(1, len(replicas) + 1)]
     # the same explicit ids in both backends: the stick table stores a server's id, and a
     # response stored from `conversations` is matched in `stateless`

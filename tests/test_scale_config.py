@@ -41,7 +41,7 @@ def test_haproxy_accepts_it(tmp_path: Path) -> None:
 def test_a_bad_replica_address_is_refused_clearly(bad: str) -> None:
     result = run("10.0.0.11:8080", bad)
     assert result.returncode == 2
-    assert f"not HOST:PORT: {bad!r}" in result.stderr and "Traceback" not in result.stderr
+    assert f"expected HOST:PORT, got {bad!r}" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_ipv6_and_names_are_addresses() -> None:
