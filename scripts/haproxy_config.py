@@ -23,12 +23,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llamactl.core.endpoints import check_host_port
+from llamactl.core.endpoints import RESPONSE_ID_HEADER, SESSION_HEADER, check_host_port
 
-__all__ = ["RESPONSE_ID_HEADER", "SESSION_HEADER", "haproxy_config"]
-
-SESSION_HEADER = "X-Session-Id"
-RESPONSE_ID_HEADER = "X-Response-Id"  # server/openai/responses/serving.py sets it
+__all__ = ["haproxy_config"]
 
 
 def haproxy_config(

@@ -10,6 +10,7 @@ that is a clear error naming the rebuild, never a model silently loaded on the C
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from pathlib import Path
 
@@ -41,6 +42,7 @@ def rpc_unsupported() -> str | None:
     )
 
 
+@functools.cache
 def _ggml() -> ctypes.CDLL:
     """The libggml llama-cpp-python loaded (the one whose backend registry llama.cpp reads)."""
     lib_dir = Path(llama_cpp.__file__).parent / "lib"

@@ -12,6 +12,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from llamactl import ChatRequest, ChatStream, Done, PromptProgress, SamplingParams
+from llamactl.core.endpoints import RESPONSE_ID_HEADER
 
 from ...common import (
     INT32_MAX,
@@ -287,8 +288,6 @@ class ResponseRun:
 
 
 # ---------------------------------------------------------------------------- entries
-
-RESPONSE_ID_HEADER = "X-Response-Id"
 
 
 async def create_response(request: Request, body: ResponsesRequest) -> Any:
