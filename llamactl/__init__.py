@@ -19,6 +19,7 @@ from llamactl.core import errors as _errors  # noqa: E402
 from llamactl.core.lazy import lazy_exports  # noqa: E402
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
+    "llamactl.core.endpoints": ("RESPONSE_ID_HEADER", "SESSION_HEADER"),
     "llamactl.core.errors": tuple(_errors.__all__),
     "llamactl.core.gguf_info": ("GGUFInfo", "read_gguf_info"),
     "llamactl.core.repetition": ("REPEATING_NOTE", "RepetitionGuard"),
@@ -26,6 +27,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 }
 
 if TYPE_CHECKING:
+    from llamactl.core.endpoints import RESPONSE_ID_HEADER, SESSION_HEADER
     from llamactl.core.errors import *  # noqa: F403
     from llamactl.core.gguf_info import GGUFInfo, read_gguf_info
     from llamactl.core.repetition import REPEATING_NOTE, RepetitionGuard
@@ -33,6 +35,13 @@ if TYPE_CHECKING:
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
-__all__ = ["REPEATING_NOTE", "GGUFInfo", "RepetitionGuard", "read_gguf_info"]
+__all__ = [
+    "REPEATING_NOTE",
+    "RESPONSE_ID_HEADER",
+    "SESSION_HEADER",
+    "GGUFInfo",
+    "RepetitionGuard",
+    "read_gguf_info",
+]
 __all__ += _errors.__all__
 __all__ += _engine.__all__

@@ -11,8 +11,14 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from llamactl import ChatRequest, ChatStream, Done, PromptProgress, SamplingParams
-from llamactl.core.endpoints import RESPONSE_ID_HEADER
+from llamactl import (
+    RESPONSE_ID_HEADER,
+    ChatRequest,
+    ChatStream,
+    Done,
+    PromptProgress,
+    SamplingParams,
+)
 
 from ...common import (
     INT32_MAX,
