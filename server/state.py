@@ -104,6 +104,9 @@ class ServerState:
             lambda: open_speech(settings), Synthesizer.close, remembered=(CannotSpeakError,)
         )
         self.load_error: str | None = None
+        # called (on the loading thread) with the error when the model cannot load; `serve`
+        # stops then and exits 1, as llama-server does, rather than answering 503 for ever
+        self.on_load_failure: Callable[[str], None] | None = None
         self._families: dict[type, object] = {}
         self._families_lock = threading.Lock()
         self._engine_factory = engine_factory or _default_engine
@@ -136,6 +139,8 @@ class ServerState:
         except Exception as exc:  # surfaced by /health and every route
             log.error("could not load the model: %s", exc)
             self.load_error = str(exc)
+            if self.on_load_failure is not None:
+                self.on_load_failure(self.load_error)
 
     def _load_services(self) -> Loaded:
         if self._engine_factory is _default_engine and is_decision_model(self.model_path):

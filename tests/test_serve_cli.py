@@ -128,6 +128,17 @@ def test_missing_chat_template_file_is_a_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_a_model_that_cannot_load_ends_serve_with_exit_1(tmp_path: Path) -> None:
+    """llama-server exits on a model loading error; a server left answering 503 would keep a
+    balancer's health check failing and a service manager from restarting it."""
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF but not really")
+    result = run_cli("serve", "--model", str(broken), "--port", str(free_port()), timeout=60)
+    assert result.returncode == 1
+    assert f"Error: could not load the model: llama.cpp could not load {broken}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_bad_flag_values() -> None:
     """A value of the wrong kind is a usage error (2); one out of range is a settings error (1),
     as the same value from an env var or the config file would be."""

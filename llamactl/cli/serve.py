@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from llamactl import ConfigError
+from llamactl import ConfigError, ModelLoadError
 from llamactl.cli._output import print_note, stderr_console
 from llamactl.cli._settings_options import settings_options
 from llamactl.config import load_settings
@@ -277,12 +277,16 @@ def _run(app, settings, logs: LogOptions) -> None:
     )
     config = uvicorn.Config(app, **options)
     server = Server(config)
+    if hasattr(state, "on_load_failure"):  # one model (a router's children fail on their own)
+        state.on_load_failure = lambda _error: setattr(server, "should_exit", True)
     _exit_quietly_after_signals()
     try:
         server.run(sockets=sockets)  # a port in use or a failed startup exits with code 3
     finally:
         if sockets is not None:
             remove_socket_files(settings.host)
+    if getattr(state, "load_error", None):
+        raise ModelLoadError(f"could not load the model: {state.load_error}")
 
 
 def _exit_quietly_after_signals() -> None:

@@ -266,7 +266,8 @@ def _build(merged: dict[str, Any], sources: dict[str, Source], path: Path | None
         name = str(error["loc"][0])
         cause = error.get("ctx", {}).get("error")
         rule = str(cause) if isinstance(cause, ValueError) else f"{name} must be {_bounds(name)}"
-        raise ConfigError(f"{rule}, got {merged[name]} (from {sources[name]})") from None
+        given = "" if ", got " in rule else f", got {merged[name]}"  # unless the rule names it
+        raise ConfigError(f"{rule}{given} (from {sources[name]})") from None
     settings.config_file = path
     settings.sources = sources
     return settings
