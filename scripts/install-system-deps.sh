@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Debian packages llamactl's optional features use: PortAudio (microphone), eSpeak NG (speech),
 # tmux (terminal tests), zsh and fish (completion tests), HAProxy and iproute2 (the scale-out
-# tests: replicas in network namespaces behind a balancer). Safe to re-run; prints what it could not install instead of failing.
+# tests: replicas in network namespaces behind a balancer), and cmake, ninja and g++ (llama.cpp
+# built with its RPC backend for the --rpc test, scripts/rpc_build.py). Safe to re-run;
+# prints what it could not install instead of failing.
 set -uo pipefail
-packages=(libportaudio2 espeak-ng tmux zsh fish haproxy iproute2)
+packages=(libportaudio2 espeak-ng tmux zsh fish haproxy iproute2 cmake ninja-build g++)
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "install-system-deps: no apt-get here; install ${packages[*]} with your package manager" >&2
   exit 0

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
+import socket
 import threading
 from pathlib import Path
 
@@ -42,16 +44,33 @@ def rpc_unsupported() -> str | None:
     )
 
 
+# ggml's sonames: libllama names one of these, and it is already loaded when ensure_backend ran
+_SONAMES = ("libggml.so.0", "libggml.0.dylib", "libggml.dylib", "ggml.dll")
+
+
 @functools.cache
 def _ggml() -> ctypes.CDLL:
-    """The libggml llama-cpp-python loaded (the one whose backend registry llama.cpp reads)."""
-    lib_dir = Path(llama_cpp.__file__).parent / "lib"
-    for name in ("libggml.so", "libggml.dylib", "ggml.dll"):
-        if (lib_dir / name).exists():
-            lib = ctypes.CDLL(str(lib_dir / name))
+    """The libggml llama.cpp itself loaded: its backend registry is the one models read.
+
+    A wheel holds copies, not symlinks (`libggml.so` and `libggml.so.0` are two files), so
+    opening a file by path can load a second ggml with a registry of its own; the soname of
+    the one libllama linked finds that one. The folder beside llama-cpp-python (or
+    `LLAMA_CPP_LIB_PATH`) is the fallback."""
+    ensure_backend()
+    lib: ctypes.CDLL | None = None
+    for soname in _SONAMES:
+        try:
+            lib = ctypes.CDLL(soname, mode=getattr(os, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL)
             break
-    else:
-        raise ModelLoadError(f"--rpc: no libggml beside llama-cpp-python in {lib_dir}")
+        except OSError:
+            continue
+    if lib is None:
+        default = Path(llama_cpp.__file__).parent / "lib"
+        lib_dir = Path(os.environ.get("LLAMA_CPP_LIB_PATH") or default)
+        found = [lib_dir / n for n in ("libggml.so.0", *_SONAMES[1:]) if (lib_dir / n).exists()]
+        if not found:
+            raise ModelLoadError(f"--rpc: no libggml beside llama-cpp-python in {lib_dir}")
+        lib = ctypes.CDLL(str(found[0]))
     lib.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
     lib.ggml_backend_reg_by_name.restype = ctypes.c_void_p
     lib.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
@@ -85,8 +104,22 @@ def add_rpc_servers(endpoints: tuple[str, ...]) -> None:
         for endpoint in endpoints:
             if endpoint in _added:
                 continue
+            _check_reachable(endpoint)  # llama.cpp aborts the process on one it cannot reach
             server = add_server(endpoint.encode())
             if not server:
                 raise ModelLoadError(f"--rpc: could not add the RPC server at {endpoint}")
             lib.ggml_backend_register(server)
             _added.add(endpoint)
+
+
+def _check_reachable(endpoint: str, timeout: float = 5.0) -> None:
+    """A TCP connection to `endpoint` opens, or a ModelLoadError says why it did not."""
+    host, _, port = endpoint.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise ModelLoadError(
+            f"--rpc: cannot reach the rpc-server at {endpoint}: {reason}"
+        ) from None
