@@ -81,7 +81,7 @@ class _FakeStream:
         self.state = "closed"
 
 
-def test_play_writes_chunks_to_the_output_stream(monkeypatch):
+def test_play_writes_chunks_to_the_output_stream(monkeypatch, tmp_path):
     streams: list[_FakeStream] = []
 
     def factory(**kwargs):
@@ -89,12 +89,22 @@ def test_play_writes_chunks_to_the_output_stream(monkeypatch):
         return streams[-1]
 
     monkeypatch.setattr(tts_cli, "OUTPUT_STREAM_FACTORY", factory)
-    result = _run(TEXT, "--play", "--format", "pcm")
+    out = tmp_path / "spoken.pcm"
+    result = _run(TEXT, "--play", "-o", str(out))
     assert result.exit_code == 0
     (stream,) = streams
     assert stream.kwargs == {"samplerate": 22050, "channels": 1, "dtype": "int16"}
     assert len(stream.blocks) > 3 and stream.state == "closed"  # chunk by chunk
-    assert b"".join(stream.blocks) == result.stdout_bytes  # played what was written
+    assert b"".join(stream.blocks) == out.read_bytes()  # played what was written
+    assert result.stdout_bytes == b""
+    assert [p.name for p in tmp_path.iterdir()] == ["spoken.pcm"]  # no partial file left
+
+
+def test_play_alone_writes_nothing_to_a_piped_stdout(monkeypatch):
+    """`tts --play "..." | tee log` must not put audio bytes in the log."""
+    monkeypatch.setattr(tts_cli, "OUTPUT_STREAM_FACTORY", _FakeStream)
+    result = _run(TEXT, "--play")
+    assert result.exit_code == 0 and result.stdout_bytes == b""
 
 
 def test_play_without_portaudio_says_so(monkeypatch):

@@ -20,6 +20,7 @@ from llamactl import (
     PlaybackUnavailable,
     UnsupportedVoiceFeature,
     as_int16,
+    atomic_output,
     encode,
     open_mtmd_synthesizer,
     open_synthesizer,
@@ -32,8 +33,8 @@ from llamactl.devices import BlockingPlayer
 HELP = """Speak text: write it as audio to a file or stdout, or play it.
 
 Text comes from the argument or, when piped, from stdin. eSpeak NG speaks it offline
-(no model file needed). Without -o, audio goes to stdout when stdout is not a terminal,
-and is played when it is.
+(no model file needed). Without -o or --play, audio goes to stdout when stdout is not a
+terminal, and is played when it is. A file is written whole: it appears when the speech ends.
 """
 
 EPILOG = """**Examples**
@@ -145,7 +146,7 @@ def tts_command(
     fmt = audio_format.value if audio_format else None
     if fmt is None:
         fmt = _SUFFIXES.get(output.suffix.lower(), "wav") if output else "wav"
-    to_stdout = output is None and not is_tty(sys.stdout)
+    to_stdout = output is None and not play and not is_tty(sys.stdout)
     play = play or (output is None and not to_stdout)
     player = _open_player(synth.sample_rate) if play else None
     try:
@@ -159,7 +160,7 @@ def tts_command(
         sinks.append(player.write)
     try:
         if output is not None:
-            with output.open("wb") as f:
+            with atomic_output(output) as f:
                 _write(f, _fan_out(chunks, sinks), synth.sample_rate, fmt)
         elif to_stdout:
             out = sys.stdout.buffer

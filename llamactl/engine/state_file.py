@@ -22,16 +22,16 @@ never sees half a file.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import json
 import os
 import struct
-import tempfile
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from llamactl.core.files import atomic_output
 
 from .prompt_cache import Checkpoint
 
@@ -144,23 +144,13 @@ def write_state_file(path: Path, identity: StateIdentity, snap: SeqSnapshot, *, 
             "crc32": crc,
         }
     ).encode()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(MAGIC)
-            f.write(_U32.pack(len(header)))
-            f.write(header)
-            for part in parts:
-                f.write(part)
-            f.flush()
-            os.fsync(f.fileno())
-            size = f.tell()
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with atomic_output(path) as f:
+        f.write(MAGIC)
+        f.write(_U32.pack(len(header)))
+        f.write(header)
+        for part in parts:
+            f.write(part)
+        size = f.tell()
     return size
 
 
