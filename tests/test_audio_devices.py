@@ -1,0 +1,156 @@
+"""The audio path on a real sound server: PulseAudio's null sinks, reached as a user's program
+reaches its sound card (PortAudio -> ALSA -> PulseAudio), not an in-process stand-in.
+
+Speech played into the room is captioned by `llamactl transcribe --mic`; `llamactl tts --play`
+and a TUI voice turn are recorded back from the speaker and are the speech they meant to play.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from audiokit import SENTENCES, heard, speech, utterances, wav_bytes, wer
+from processkit import run_cli
+from pulsekit import SoundServer, read_wav, start_sound_server
+
+pytestmark = pytest.mark.slow
+
+QUESTION = "What is the capital of France?"
+
+
+@pytest.fixture(scope="module")
+def sound(tmp_path_factory) -> Iterator[SoundServer]:
+    with start_sound_server(tmp_path_factory.mktemp("pulse")) as server:
+        yield server
+
+
+def _write_wav(path: Path, samples: np.ndarray, rate: int) -> Path:
+    path.write_bytes(wav_bytes(samples, rate))
+    return path
+
+
+def _transcript(wav: Path) -> str:
+    done = run_cli("transcribe", str(wav), timeout=120)
+    assert done.returncode == 0, done.stderr
+    return " ".join(done.stdout.split())
+
+
+def test_transcribe_mic_captions_what_the_room_hears(sound: SoundServer, tmp_path: Path) -> None:
+    samples, rate = utterances(SENTENCES[:2])
+    wav = _write_wav(tmp_path / "two.wav", samples, rate)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llamactl", "transcribe", "--mic", "--json"],
+        env=sound.env,
+        stdout=subprocess.PIPE,
+        stderr=(tmp_path / "stderr").open("wb"),
+        text=True,
+    )
+    captions: list[dict] = []
+    reader = threading.Thread(
+        target=lambda: captions.extend(json.loads(line) for line in proc.stdout or ()),
+        daemon=True,
+    )
+    reader.start()
+    try:
+        sound.wait_for_recorder()
+        sound.play_into_room(wav)
+        deadline = time.monotonic() + 60
+        while len(captions) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: the last words are transcribed, exit 0
+        assert proc.wait(60) == 0, (tmp_path / "stderr").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(10)
+    texts = [c["text"] for c in captions]
+    assert len(texts) == 2, texts
+    assert heard(0, texts[0]) and heard(1, texts[1]), texts
+    assert 0 <= captions[0]["start"] < captions[0]["end"] <= captions[1]["start"]
+
+
+def test_tts_play_reaches_the_speaker(sound: SoundServer) -> None:
+    with sound.record_speaker() as recording:
+        done = run_cli("tts", "--play", SENTENCES[2], env=sound.env, timeout=60)
+        assert done.returncode == 0, done.stderr
+        time.sleep(0.3)  # the last block leaves the sink
+    samples, rate = read_wav(recording)
+    assert len(samples) > rate and np.abs(samples).max() > 1000  # seconds of sound, not hiss
+    assert heard(2, _transcript(recording))
+
+
+@pytest.fixture(scope="module")
+def local_server():
+    from llamactl.tui.local_server import LocalServer
+    from serverkit import hermetic_settings
+
+    settings = hermetic_settings({"parallel": 1, "threads": 2, "temperature": 0.0})
+    server = LocalServer(settings)
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+def test_a_tui_voice_turn_on_the_sound_server(
+    sound: SoundServer, local_server: str, tmp_path: Path, monkeypatch
+) -> None:
+    """The microphone is the default input, the answer goes to the default output: as a user
+    who runs `llamactl tui` with a headset."""
+    from llamactl.tui.audio import MicSource
+    from llamactl.tui.widgets import ChatLine
+    from tuikit import make_app, wait_for
+
+    from llamactl.devices import input_devices, open_player
+
+    for name in ("PULSE_SERVER", "XDG_RUNTIME_DIR"):  # libpulse reads them as a stream opens
+        monkeypatch.setenv(name, sound.env[name])
+    samples, rate = speech(QUESTION, "en-us+f2")
+    question = _write_wav(tmp_path / "question.wav", samples, rate)
+
+    def lines(app, role: str) -> list[ChatLine]:
+        return [line for line in app.query(ChatLine) if line.role == role]
+
+    async def scenario() -> str:
+        app = make_app(
+            local_server,
+            source_factory=MicSource,
+            player_factory=open_player,
+            list_devices=input_devices,
+        )
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.status.state == "listening", timeout=60)
+            await asyncio.to_thread(sound.wait_for_recorder, 1)  # parec + the microphone
+            await asyncio.to_thread(sound.play_into_room, question)
+            await wait_for(pilot, lambda: app.status.latency.first_audio is not None, 120)
+            await wait_for(
+                pilot,
+                lambda: (
+                    lines(app, "assistant")
+                    and not lines(app, "assistant")[0].partial
+                    and not app.player.busy
+                ),
+                120,
+            )
+            assert wer(QUESTION, lines(app, "user")[0].text) <= 0.3
+            assert lines(app, "error") == []
+            return lines(app, "assistant")[0].text
+
+    with sound.record_speaker() as recording:
+        answer = asyncio.run(asyncio.wait_for(scenario(), timeout=300))
+        time.sleep(0.3)
+    played = _transcript(recording)
+    assert answer.strip() and wer(answer, played) <= 0.5, (answer, played)
+    assert httpx.get(local_server + "/health", timeout=5).status_code == 200
