@@ -3,13 +3,14 @@ plugin -> PulseAudio), with two null sinks standing in for a room:
 
 - `room`: what the microphone hears. Its monitor is the default source, so a WAV played into
   it with `paplay` reaches whatever records from the default input device.
-- `speaker`: the default sink, where llamactl plays; `record()` taps its monitor with `parec`.
+- `speaker`: the default sink, where llamactl plays; `record_speaker()` taps its monitor.
 
-The two are apart so that the speaker is not heard by the microphone (no echo: the echo
-canceller's tests mix echo on purpose). Nothing outside the test's folder is touched: the
-daemon's socket, runtime dir and home are the test's, and clients find it by `PULSE_SERVER`.
-Without pulseaudio, its tools or ALSA's pulse plugin, `start_sound_server` skips the test with
-the reason (`scripts/install-system-deps.sh --test` installs them).
+The two are apart, so the speaker is not heard by the microphone, until a test asks for the
+echo of loudspeakers (`speaker_heard_in_room()`: a loopback from the speaker into the room).
+Nothing outside the test's folder is touched: the daemon's socket, runtime dir and home are
+the test's, and clients find it by `PULSE_SERVER`. Without pulseaudio, its tools or ALSA's
+pulse plugin, `start_sound_server` skips the test with the reason
+(`scripts/install-system-deps.sh --test` installs them).
 """
 
 from __future__ import annotations
@@ -48,6 +49,21 @@ class SoundServer:
     def play_into_room(self, wav: Path) -> None:
         """The room hears `wav` (returns when it has been played)."""
         subprocess.run(["paplay", "-d", ROOM, str(wav)], env=self.env, check=True, timeout=60)
+
+    @contextlib.contextmanager
+    def speaker_heard_in_room(self, latency_ms: int = 60) -> Iterator[None]:
+        """Loudspeakers, no headphones: what the speaker plays reaches the room's microphone."""
+        module = self.pactl(
+            "load-module",
+            "module-loopback",
+            f"source={SPEAKER}.monitor",
+            f"sink={ROOM}",
+            f"latency_msec={latency_ms}",
+        ).strip()
+        try:
+            yield
+        finally:
+            self.pactl("unload-module", module)
 
     def recorders(self) -> int:
         """How many streams record now (the microphone, parec)."""

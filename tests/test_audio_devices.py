@@ -104,53 +104,92 @@ def local_server():
         server.stop()
 
 
-def test_a_tui_voice_turn_on_the_sound_server(
-    sound: SoundServer, local_server: str, tmp_path: Path, monkeypatch
-) -> None:
-    """The microphone is the default input, the answer goes to the default output: as a user
-    who runs `llamactl tui` with a headset."""
+def _voice_turn(
+    sound: SoundServer, url: str, question: Path, *, echo_cancel: bool, settle_s: float = 0.0
+) -> dict:
+    """One spoken question through the TUI with the default microphone and player; what the
+    screen shows once the answer has been played (and `settle_s` more)."""
     from llamactl.tui.audio import MicSource
     from llamactl.tui.widgets import ChatLine
     from tuikit import make_app, wait_for
 
     from llamactl.devices import input_devices, open_player
 
-    for name in ("PULSE_SERVER", "XDG_RUNTIME_DIR"):  # libpulse reads them as a stream opens
-        monkeypatch.setenv(name, sound.env[name])
-    samples, rate = speech(QUESTION, "en-us+f2")
-    question = _write_wav(tmp_path / "question.wav", samples, rate)
-
     def lines(app, role: str) -> list[ChatLine]:
         return [line for line in app.query(ChatLine) if line.role == role]
 
-    async def scenario() -> str:
+    async def scenario() -> dict:
         app = make_app(
-            local_server,
+            url,
             source_factory=MicSource,
             player_factory=open_player,
             list_devices=input_devices,
+            echo_cancel=echo_cancel,
         )
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_for(pilot, lambda: app.status.state == "listening", timeout=60)
-            await asyncio.to_thread(sound.wait_for_recorder, 1)  # parec + the microphone
+            recording = sound.recorders()
+            await asyncio.to_thread(sound.wait_for_recorder, recording - 1)
             await asyncio.to_thread(sound.play_into_room, question)
             await wait_for(pilot, lambda: app.status.latency.first_audio is not None, 120)
             await wait_for(
                 pilot,
                 lambda: (
                     lines(app, "assistant")
-                    and not lines(app, "assistant")[0].partial
+                    and not lines(app, "assistant")[-1].partial
                     and not app.player.busy
                 ),
                 120,
             )
-            assert wer(QUESTION, lines(app, "user")[0].text) <= 0.3
-            assert lines(app, "error") == []
-            return lines(app, "assistant")[0].text
+            await asyncio.sleep(settle_s)
+            return {
+                "user": [line.text for line in lines(app, "user")],
+                "assistant": [line.text for line in lines(app, "assistant")],
+                "errors": [line.text for line in lines(app, "error")],
+                "delay_ms": None
+                if app.canceller is None or app.canceller.delay is None
+                else app.canceller.delay * 1000 // app.canceller.rate,
+            }
 
+    return asyncio.run(asyncio.wait_for(scenario(), timeout=300))
+
+
+@pytest.fixture
+def pulse_env(sound: SoundServer, monkeypatch) -> None:
+    for name in ("PULSE_SERVER", "XDG_RUNTIME_DIR"):  # libpulse reads them as a stream opens
+        monkeypatch.setenv(name, sound.env[name])
+
+
+@pytest.fixture(scope="module")
+def question(tmp_path_factory) -> Path:
+    samples, rate = speech(QUESTION, "en-us+f2")
+    return _write_wav(tmp_path_factory.mktemp("question") / "question.wav", samples, rate)
+
+
+def test_a_tui_voice_turn_on_the_sound_server(
+    sound: SoundServer, local_server: str, question: Path, pulse_env: None
+) -> None:
+    """As a user who runs `llamactl tui` with a headset: the microphone is the default input,
+    the answer goes to the default output and is the speech of the answer's text."""
     with sound.record_speaker() as recording:
-        answer = asyncio.run(asyncio.wait_for(scenario(), timeout=300))
+        seen = _voice_turn(sound, local_server, question, echo_cancel=True)
         time.sleep(0.3)
+    assert wer(QUESTION, seen["user"][0]) <= 0.3 and seen["errors"] == []
+    answer = seen["assistant"][0]
     played = _transcript(recording)
     assert answer.strip() and wer(answer, played) <= 0.5, (answer, played)
     assert httpx.get(local_server + "/health", timeout=5).status_code == 200
+
+
+def test_on_loudspeakers_the_answer_is_not_taken_for_the_user(
+    sound: SoundServer, local_server: str, question: Path, pulse_env: None
+) -> None:
+    """The speaker is heard in the room: without the echo canceller the server's VAD hears the
+    answer as the user barging in and cuts it; with it, the answer is played to its end."""
+    with sound.speaker_heard_in_room():
+        bare = _voice_turn(sound, local_server, question, echo_cancel=False, settle_s=1.5)
+        cancelled = _voice_turn(sound, local_server, question, echo_cancel=True, settle_s=1.5)
+    assert len(bare["user"]) > 1, bare  # its own voice came back as a new user turn
+    assert len(cancelled["user"]) == 1, cancelled
+    assert cancelled["errors"] == [] and cancelled["delay_ms"] is not None
+    assert wer(QUESTION, cancelled["user"][0]) <= 0.3

@@ -20,7 +20,7 @@ from textual.binding import Binding
 from textual.widgets import Footer, Input
 
 from llamactl import AudioDeviceError, ConnectionClosedError, RealtimeClientError, RepetitionGuard
-from llamactl.devices import Player, input_devices, open_player
+from llamactl.devices import EchoCanceller, Player, input_devices, open_player
 from llamactl.realtime.client import TURN_HELP, TURN_MODES, RealtimeClient, session_config
 
 from . import events as ev
@@ -106,6 +106,7 @@ class ChatApp(App[None]):
         source_factory: SourceFactory = MicSource,
         player_factory: PlayerFactory = open_player,
         list_devices: Callable[[], list[dict[str, Any]]] = input_devices,
+        echo_cancel: bool = True,
     ) -> None:
         super().__init__()
         self.url = url
@@ -120,6 +121,9 @@ class ChatApp(App[None]):
         self.source_factory = source_factory
         self.player_factory = player_factory
         self.list_devices = list_devices
+        self.echo_cancel = echo_cancel  # on loudspeakers: the answer is not heard as the user
+        self.canceller: EchoCanceller | None = None  # when a real player plays the answers
+        self._cancelling = False  # the live microphone's blocks go through the canceller
         self.client: RealtimeClient | None = None  # a live session (after session.created)
         self._conn: RealtimeClient | None = None  # the session worker's socket, live or not
         self.player: Player = Player()
@@ -177,6 +181,9 @@ class ChatApp(App[None]):
         self.player, why = self.player_factory()
         if why:
             self.say("system", f"No sound output ({why}): answers are shown as text only.")
+        if self.echo_cancel and self.player.available:
+            canceller = self.canceller = EchoCanceller(self.player.rate)
+            self.player.on_played = lambda pcm: canceller.played(np.frombuffer(pcm, "<i2"))
         self.mic.set(mode=self._mic_mode())
         self._sender()
         self.start_session()
@@ -260,7 +267,8 @@ class ChatApp(App[None]):
         return self.turn != "manual"
 
     def _mic_mode(self) -> str:
-        return {"server": "VAD", "semantic": "SEM"}.get(self.turn, "PTT")
+        mode = {"server": "VAD", "semantic": "SEM"}.get(self.turn, "PTT")
+        return f"{mode} AEC" if self.canceller is not None else mode
 
     def _turn_label(self) -> str:
         if self.turn == "semantic":
@@ -332,12 +340,16 @@ class ChatApp(App[None]):
             self.sending = False
             return
         self.source = source
+        # a recording is not heard by a room: only a live microphone has an echo to cancel
+        self._cancelling = self.canceller is not None and source.live
         self.sending = self.vad
         self.mic.set(problem=None, device=source.name, active=self.sending)
         if self.client is not None:
             self.set_state(self._idle_state())
 
     def _block_from_thread(self, block: np.ndarray) -> None:
+        if self._cancelling and self.canceller is not None:
+            block = self.canceller.process(block)  # here, on the microphone's own thread
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._on_block, block)
 

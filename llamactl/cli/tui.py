@@ -88,6 +88,14 @@ def tui_command(
             metavar="N",
         ),
     ] = None,
+    echo_cancel: Annotated[
+        bool,
+        typer.Option(
+            "--echo-cancel/--no-echo-cancel",
+            help="Take the spoken answers out of what the microphone hears, so you can talk over"
+            " them on loudspeakers (the mic bar shows AEC). Off: for headphones only.",
+        ),
+    ] = True,
     list_devices: Annotated[
         bool, typer.Option("--list-devices", help="List input devices and exit.")
     ] = False,
@@ -122,6 +130,7 @@ def tui_command(
             server_label=label,
             reasoning_budget=reasoning_budget,
             source_factory=source_factory,
+            echo_cancel=echo_cancel,
         )
         app.run()
     finally:

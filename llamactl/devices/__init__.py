@@ -1,5 +1,6 @@
 """The machine's audio devices: microphone capture and sound output (sounddevice, PortAudio).
 
+The echo canceller (`echo.py`) takes what the player played out of what the microphone hears.
 Outside the engine, which only computes: the CLI (`transcribe --mic`, `tts --play`) and the
 TUI open devices through this package, and a missing PortAudio is one clear error here.
 """
@@ -7,6 +8,7 @@ TUI open devices through this package, and a missing PortAudio is one clear erro
 from __future__ import annotations
 
 from .capture import PORTAUDIO_HINT, Microphone, input_devices, sounddevice_module
+from .echo import EchoCanceller
 from .playback import (
     RATE,
     BlockingPlayer,
@@ -22,6 +24,7 @@ __all__ = [
     "RATE",
     "BlockingPlayer",
     "CountingPlayer",
+    "EchoCanceller",
     "Microphone",
     "Player",
     "SoundDevicePlayer",

@@ -46,6 +46,9 @@ class Player:
     rate = RATE
 
     def __init__(self) -> None:
+        # told every block handed to the device, silence included, as it goes (PCM16 bytes):
+        # an echo canceller's reference (llamactl.devices.echo)
+        self.on_played: Callable[[bytes], None] | None = None
         self._lock = threading.Lock()
         self._queued = bytearray()
         self._item: str | None = None
@@ -97,9 +100,11 @@ class SoundDevicePlayer(Player):
 
     def _callback(self, outdata: Any, frames: int, _time: Any, _status: Any) -> None:
         chunk = self._take(frames * 2)
-        outdata[: len(chunk)] = chunk
         if len(chunk) < frames * 2:
-            outdata[len(chunk) :] = b"\x00" * (frames * 2 - len(chunk))
+            chunk += b"\x00" * (frames * 2 - len(chunk))
+        outdata[:] = chunk
+        if self.on_played is not None:
+            self.on_played(chunk)
 
     def close(self) -> None:
         super().close()
