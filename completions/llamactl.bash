@@ -631,7 +631,7 @@ _llamactl() {
             subs=""
             args=none ;;
         "llamactl tui")
-            opts="--url --model -m --api-key --device --ptt --turn --eagerness --audio-file --reasoning-budget --list-devices --help -h"
+            opts="--url --model -m --api-key --device --ptt --turn --eagerness --audio-file --reasoning-budget --echo-cancel --no-echo-cancel --list-devices --help -h"
             subs=""
             args=none ;;
     esac

@@ -282,5 +282,6 @@ complete -c llamactl -n '__fish_seen_subcommand_from tui' -l turn -x -a 'server 
 complete -c llamactl -n '__fish_seen_subcommand_from tui' -l eagerness -x -a 'low medium high auto' -d 'For --turn semantic: how soon a turn ends; low waits up to 8 s for an unfinished sentence, medium (= auto) 4 s, high 2 s'
 complete -c llamactl -n '__fish_seen_subcommand_from tui' -l audio-file -r -F -d 'Speak this audio file instead of the microphone (demos, tests)'
 complete -c llamactl -n '__fish_seen_subcommand_from tui' -l reasoning-budget -x -d 'Thinking tokens per answer before the model is made to answer (-1: no bound; default: the server\'s)'
+complete -c llamactl -n '__fish_seen_subcommand_from tui' -l echo-cancel -l no-echo-cancel -d 'Take the spoken answers out of what the microphone hears, so you can talk over them on loudspeakers (the mic bar shows AEC)'
 complete -c llamactl -n '__fish_seen_subcommand_from tui' -l list-devices -d 'List input devices and exit'
 complete -c llamactl -n '__fish_seen_subcommand_from tui' -s h -l help -d 'Show this message and exit'
