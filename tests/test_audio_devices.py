@@ -193,3 +193,50 @@ def test_on_loudspeakers_the_answer_is_not_taken_for_the_user(
     assert len(cancelled["user"]) == 1, cancelled
     assert cancelled["errors"] == [] and cancelled["delay_ms"] is not None
     assert wer(QUESTION, cancelled["user"][0]) <= 0.3
+
+
+def test_on_loudspeakers_the_user_can_talk_over_the_answer(
+    sound: SoundServer, local_server: str, pulse_env: None, tmp_path: Path
+) -> None:
+    """Full duplex once the room is learned: a question spoken while a long answer plays (and
+    echoes back) interrupts it and is heard."""
+    from llamactl.tui.audio import MicSource
+    from llamactl.tui.widgets import ChatLine
+    from tuikit import make_app, wait_for
+
+    from llamactl.devices import input_devices, open_player
+
+    story, rate = speech("Tell me a long story about a dragon and a knight.", "en-us+f2")
+    story_wav = _write_wav(tmp_path / "story.wav", story, rate)
+    stop, rate = speech(SENTENCES[1], "en-us+f2")
+    interrupt_wav = _write_wav(tmp_path / "interrupt.wav", stop, rate)
+
+    def lines(app, role: str) -> list[ChatLine]:
+        return [line for line in app.query(ChatLine) if line.role == role]
+
+    async def scenario() -> tuple[list[str], bool]:
+        app = make_app(
+            local_server,
+            source_factory=MicSource,
+            player_factory=open_player,
+            list_devices=input_devices,
+        )
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.status.state == "listening", timeout=60)
+            await asyncio.to_thread(sound.wait_for_recorder, sound.recorders() - 1)
+            await asyncio.to_thread(sound.play_into_room, story_wav)
+            await wait_for(pilot, lambda: app.player.busy, 120)  # the story is playing
+            canceller = app.canceller
+            assert canceller is not None
+            await wait_for(pilot, lambda: canceller.learned, 30)  # it has learned the room
+            assert app.player.busy  # and the story goes on
+            await asyncio.to_thread(sound.play_into_room, interrupt_wav)
+            await wait_for(pilot, lambda: len(lines(app, "user")) == 2, 60)
+            await wait_for(pilot, lambda: not lines(app, "user")[-1].partial, 60)
+            cut = not app.player.busy or len(lines(app, "assistant")) > 1
+            return [line.text for line in lines(app, "user")], cut
+
+    with sound.speaker_heard_in_room():
+        users, cut = asyncio.run(asyncio.wait_for(scenario(), timeout=300))
+    assert heard(1, users[1]), users
+    assert cut  # the story stopped for the user

@@ -332,6 +332,8 @@ class ChatApp(App[None]):
             self.mic.set(problem=None, device=source.name, active=False)
             return
         self._waiting_source = False
+        if self.canceller is not None and source.live:
+            source.on_capture = self.canceller.captured
         try:
             source.start(self._block_from_thread, self._end_from_thread)
         except AudioDeviceError as exc:

@@ -48,6 +48,8 @@ class AudioSource(abc.ABC):
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        # told each block's size the moment a device records it (an echo canceller's clock)
+        self.on_capture: Callable[[int], None] | None = None
 
     def open(self) -> None:  # noqa: B027 - optional hook: a recording has nothing to acquire
         """Acquire the device (may raise AudioDeviceError)."""
@@ -99,7 +101,9 @@ class MicSource(AudioSource):
         self._mic: Microphone | None = None
 
     def open(self) -> None:
-        self._mic = Microphone(self.device, rate=self.rate, block_ms=BLOCK_MS).start()
+        self._mic = Microphone(
+            self.device, rate=self.rate, block_ms=BLOCK_MS, on_capture=self.on_capture
+        ).start()
 
     def blocks(self):
         assert self._mic is not None

@@ -80,8 +80,10 @@ class Microphone:
         rate: int = 16000,
         block_ms: int = 100,
         stream_factory: StreamFactory | None = None,
+        on_capture: Callable[[int], None] | None = None,
     ) -> None:
         self.rate = rate
+        self.on_capture = on_capture  # told each block's size as it is recorded (its thread)
         self.device = device
         self.block = max(1, rate * block_ms // 1000)
         self._factory = stream_factory
@@ -96,6 +98,8 @@ class Microphone:
         block = np.asarray(indata)
         if block.ndim == 2:
             block = block[:, 0]
+        if self.on_capture is not None:
+            self.on_capture(frames)
         self._queue.put(block.astype(np.int16, copy=True))
 
     def start(self) -> Microphone:

@@ -5,9 +5,10 @@ server's VAD takes it for the user barging in. The client knows exactly what it 
 it removes it before sending:
 
 - **Timeline.** The player hands every block it gives the device (silence included) to
-  `played`; the microphone's blocks go through `process`. Both run on device clocks, so the
-  offset between "samples played so far" and "samples recorded so far" is steady; it is
-  taken at each microphone block (a median, so callback jitter does not move it).
+  `played`; the microphone's capture callback tells `captured`, and its blocks go through
+  `process`. Both run on device clocks, so the offset between "samples played so far" and
+  "samples recorded so far" is steady; it is taken as each block is recorded (a median, so
+  callback jitter does not move it), never when a thread busy elsewhere gets to it.
 - **Bulk delay.** Output and input latency plus the air put the echo some tens to hundreds of
   milliseconds after the reference. GCC-PHAT (the cross-spectrum's phase alone) over the last
   second and a half finds that delay; it is accepted when two estimates agree.
@@ -67,7 +68,10 @@ class EchoCanceller:
         self._ref = np.zeros(keep, np.float32)  # ring of played samples, by absolute index
         self._ref_total = 0
         self._mic_total = 0
-        self._offsets: collections.deque[int] = collections.deque(maxlen=15)
+        self._captured = 0  # samples recorded, as told by `captured` (0: never told)
+        # the clocks' offset, as measured at recent blocks: callbacks come in bursts (tens of
+        # ms), the true offset stays put, so a long median, moved only by a real jump
+        self._offsets: collections.deque[int] = collections.deque(maxlen=51)
         self._anchor: int | None = None
         self.delay: int | None = None  # echo delay in samples, once found
         self._candidate: int | None = None
@@ -86,6 +90,11 @@ class EchoCanceller:
         self._learned = False  # the filter has learned the room's echo path
         self._played = 0  # samples played since the path was last reset
 
+    @property
+    def learned(self) -> bool:
+        """The echo's delay and path are known: the user can talk over what plays."""
+        return self.delay is not None and self._learned
+
     # ------------------------------------------------------------------ input
     def played(self, pcm: np.ndarray) -> None:
         """Samples just handed to the output device (call it for silence too)."""
@@ -99,6 +108,13 @@ class EchoCanceller:
             self._ref[start : start + first] = samples[:first]
             self._ref[: n - first] = samples[first:]
             self._ref_total += samples.size
+
+    def captured(self, frames: int) -> None:
+        """The microphone just recorded `frames` samples (call it from the capture callback):
+        the clocks' offset is taken then, not when a busy thread gets to `process`."""
+        with self._lock:
+            self._captured += frames
+            self._offsets.append(self._ref_total - self._captured)
 
     def process(self, mic: np.ndarray) -> np.ndarray:
         """`mic` with the echo of what was played taken out (same length and dtype)."""
@@ -126,9 +142,10 @@ class EchoCanceller:
     def _reference_for(self, n: int) -> np.ndarray:
         """The played samples that sounded while these `n` microphone samples were taken."""
         with self._lock:
-            self._offsets.append(self._ref_total - (self._mic_total + n))
+            if not self._captured:  # no capture callback: this call is the capture time
+                self._offsets.append(self._ref_total - (self._mic_total + n))
             anchor = int(np.median(self._offsets))
-            if self._anchor is None or abs(anchor - self._anchor) > self.rate // 50:
+            if self._anchor is None or abs(anchor - self._anchor) > self.rate // 8:
                 if self._anchor is not None:
                     self._reset_filter()  # the clocks jumped (a device restarted)
                 self._anchor = anchor
