@@ -51,8 +51,10 @@ class SoundServer:
         subprocess.run(["paplay", "-d", ROOM, str(wav)], env=self.env, check=True, timeout=60)
 
     @contextlib.contextmanager
-    def speaker_heard_in_room(self, latency_ms: int = 60) -> Iterator[None]:
-        """Loudspeakers, no headphones: what the speaker plays reaches the room's microphone."""
+    def speaker_heard_in_room(self, latency_ms: int = 60, volume: str = "70%") -> Iterator[None]:
+        """Loudspeakers, no headphones: what the speaker plays reaches the room's microphone,
+        `latency_ms` late and at `volume` (PulseAudio's: 70% is about -9 dB, an echo a little
+        quieter than the user's voice)."""
         module = self.pactl(
             "load-module",
             "module-loopback",
@@ -60,6 +62,10 @@ class SoundServer:
             f"sink={ROOM}",
             f"latency_msec={latency_ms}",
         ).strip()
+        for line in self.pactl("list", "short", "sink-inputs").splitlines():
+            fields = line.split("\t")
+            if fields[3:4] == ["module-loopback.c"]:
+                self.pactl("set-sink-input-volume", fields[0], volume)
         try:
             yield
         finally:
