@@ -100,14 +100,13 @@ class EchoCanceller:
         """Samples just handed to the output device (call it for silence too)."""
         samples = _as_float(pcm)
         with self._lock:
-            n = samples.size
-            if n >= self._ref.size:
-                samples, n = samples[-self._ref.size :], self._ref.size
-            start = self._ref_total % self._ref.size
-            first = min(n, self._ref.size - start)
-            self._ref[start : start + first] = samples[:first]
-            self._ref[: n - first] = samples[first:]
-            self._ref_total += samples.size
+            total = self._ref_total + samples.size
+            kept = samples[-self._ref.size :]  # a block longer than the ring: its end
+            start = (total - kept.size) % self._ref.size
+            first = min(kept.size, self._ref.size - start)
+            self._ref[start : start + first] = kept[:first]
+            self._ref[: kept.size - first] = kept[first:]
+            self._ref_total = total
 
     def captured(self, frames: int) -> None:
         """The microphone just recorded `frames` samples (call it from the capture callback):
