@@ -51,10 +51,10 @@ class SoundServer:
         subprocess.run(["paplay", "-d", ROOM, str(wav)], env=self.env, check=True, timeout=60)
 
     @contextlib.contextmanager
-    def speaker_heard_in_room(self, latency_ms: int = 60, volume: str = "70%") -> Iterator[None]:
+    def speaker_heard_in_room(self, latency_ms: int = 60, volume: str = "50%") -> Iterator[None]:
         """Loudspeakers, no headphones: what the speaker plays reaches the room's microphone,
-        `latency_ms` late and at `volume` (PulseAudio's: 70% is about -9 dB, an echo a little
-        quieter than the user's voice)."""
+        `latency_ms` late and at `volume` (PulseAudio's: 50% is about -18 dB, an echo
+        well below the user's voice, as from a speaker an arm away)."""
         module = self.pactl(
             "load-module",
             "module-loopback",
