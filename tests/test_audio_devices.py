@@ -104,28 +104,39 @@ def local_server():
         server.stop()
 
 
+def _device_app(url: str, *, echo_cancel: bool = True):
+    """The TUI on the sound server's default microphone and player, as `llamactl tui`."""
+    from llamactl.tui.audio import MicSource
+    from tuikit import make_app
+
+    from llamactl.devices import input_devices, open_player
+
+    return make_app(
+        url,
+        source_factory=MicSource,
+        player_factory=open_player,
+        list_devices=input_devices,
+        echo_cancel=echo_cancel,
+    )
+
+
+def _lines(app, role: str) -> list:
+    from llamactl.tui.widgets import ChatLine
+
+    return [line for line in app.query(ChatLine) if line.role == role]
+
+
 def _voice_turn(
     sound: SoundServer, url: str, question: Path, *, echo_cancel: bool, settle_s: float = 0.0
 ) -> dict:
     """One spoken question through the TUI with the default microphone and player; what the
     screen shows once the answer has been played (and `settle_s` more)."""
-    from llamactl.tui.audio import MicSource
-    from llamactl.tui.widgets import ChatLine
-    from tuikit import make_app, wait_for
+    from tuikit import wait_for
 
-    from llamactl.devices import input_devices, open_player
-
-    def lines(app, role: str) -> list[ChatLine]:
-        return [line for line in app.query(ChatLine) if line.role == role]
+    lines = _lines
 
     async def scenario() -> dict:
-        app = make_app(
-            url,
-            source_factory=MicSource,
-            player_factory=open_player,
-            list_devices=input_devices,
-            echo_cancel=echo_cancel,
-        )
+        app = _device_app(url, echo_cancel=echo_cancel)
         async with app.run_test(size=(100, 30)) as pilot:
             # listening: the session is live and the microphone open (start_mic opens it)
             await wait_for(pilot, lambda: app.status.state == "listening", timeout=60)
@@ -199,27 +210,16 @@ def test_on_loudspeakers_the_user_can_talk_over_the_answer(
 ) -> None:
     """Full duplex once the room is learned: a question spoken while a long answer plays (and
     echoes back) interrupts it and is heard."""
-    from llamactl.tui.audio import MicSource
-    from llamactl.tui.widgets import ChatLine
-    from tuikit import make_app, wait_for
+    from tuikit import wait_for
 
-    from llamactl.devices import input_devices, open_player
-
+    lines = _lines
     story, rate = speech("Tell me a long story about a dragon and a knight.", "en-us+f2")
     story_wav = _write_wav(tmp_path / "story.wav", story, rate)
     stop, rate = speech(SENTENCES[1], "en-us+f2")
     interrupt_wav = _write_wav(tmp_path / "interrupt.wav", stop, rate)
 
-    def lines(app, role: str) -> list[ChatLine]:
-        return [line for line in app.query(ChatLine) if line.role == role]
-
     async def scenario() -> tuple[list[str], bool]:
-        app = make_app(
-            local_server,
-            source_factory=MicSource,
-            player_factory=open_player,
-            list_devices=input_devices,
-        )
+        app = _device_app(local_server)
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_for(pilot, lambda: app.status.state == "listening", timeout=60)
             await asyncio.to_thread(sound.play_into_room, story_wav)
