@@ -81,6 +81,14 @@ def test_a_lone_row_of_the_last_slot_or_one_stream_takes_its_own_next_position()
     assert _plan([1], [300], kv={2: 400}) == [(1, 301)]  # the neighbour holds more cells
 
 
+def test_a_one_slot_engine_hosts_its_companion_in_the_spare_sequence():
+    plan = plan_companions(
+        [0], [300], 512, streams=False, n_seqs=1, next_pos=lambda s: 0, room=8, spare=1
+    )
+    assert plan == [(1, 0)]
+    assert lone_rows([0, 1], [300, 0], 512, streams=False) == []
+
+
 def test_no_companion_where_no_row_is_alone():
     assert _plan([0, 1], [300, 300]) == []
     assert _plan([0], [100]) == []
@@ -147,6 +155,23 @@ def test_a_lone_decode_needs_its_companion(model, slots):
         bare = _logprobs(eng, long, 24)
     assert alone == together
     assert bare != together
+
+
+@pytest.mark.slow
+def test_a_one_slot_engine_decodes_as_a_slot_in_company(model):
+    """A one-slot engine has no neighbour: its companions go to a spare sequence of its one
+    KV stream (cheaper than a second row of its own sequence). The floats are those of a
+    slot in company, so drafts (always in company) cannot change its answers."""
+    long = chat(model, STORY * 18 + "Continue the story.")
+    other = chat(model, "Write two sentences about the sea.")
+    with Engine(model, EngineConfig(n_parallel=2, n_ctx=2 * 1024, kv_type="f16")) as eng:
+        company = eng.submit(GenerationRequest(other, GREEDY, max_tokens=400, ignore_eos=True))
+        together = _logprobs(eng, long, 24)
+        company.collect()
+    with Engine(model, EngineConfig(n_parallel=1, n_ctx=1024)) as eng:
+        assert eng.n_ctx_slot == 1023
+        alone = _logprobs(eng, long, 24)
+    assert alone == together
 
 
 def _copy_prompts(model: Model) -> list[list[int]]:

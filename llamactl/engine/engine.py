@@ -109,16 +109,25 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         swa = llama_cpp.llama_model_n_swa(model.handle) > 0
         self._can_trim = not (model.info.is_recurrent or model.info.is_hybrid or swa)
         self.kv_type = resolve_kv_type(config.kv_type, can_trim=self._can_trim)
+        self._split_kernels = self.kv_type in SPLIT_KERNEL_KV
+        # A one-slot engine's companions need a sequence of their own: one more sequence in
+        # the slot's single KV stream (unified, so no second stream's memory), whose
+        # companion row attends over one cell. As a row of the slot's own sequence it would
+        # attend over all of them (measured past 1.7k cells, 2 threads: 46 ms a token with
+        # an own-sequence companion, 33 with the spare one, 20 with none).
+        self._spare_seq: int | None = None
+        if config.n_parallel == 1 and self._split_kernels and self._can_trim:
+            self._spare_seq = 1
         ctx = open_context(
             model,
             ContextLayout(
                 n_ctx=n_ctx,
                 n_batch=config.n_batch,
                 n_ubatch=config.n_ubatch,
-                n_seq_max=config.n_parallel,
+                n_seq_max=config.n_parallel + (self._spare_seq is not None),
                 n_threads=threads,
                 n_threads_batch=config.n_threads_batch or threads,
-                kv_unified=config.kv_unified,
+                kv_unified=config.kv_unified or self._spare_seq is not None,
                 flash_attn=config.flash_attn,
                 kv_type=self.kv_type,
             ),
@@ -141,8 +150,9 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         # a one-slot engine takes them: a draft's rows are always in company, so without
         # companions speculation would change its answers (measured: a one-slot engine
         # without companions decodes 1.7x faster past 1.5k cells, and answers differently
-        # once speculation is on).
-        self._companions = self.kv_type in SPLIT_KERNEL_KV and self._can_trim
+        # once speculation is on). Its companions go to a spare sequence (see __init__'s
+        # layout), which attends over its own one cell.
+        self._companions = self._split_kernels and self._can_trim
         self._split_streams = not config.kv_unified and config.n_parallel > 1
         held = 1 if self._companions else 0
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(ctx)  # each slot's KV cells
@@ -699,7 +709,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
                     continue
                 end = min(end, media.next_start(slot.prompt_pos) or end)
             need = min(end - slot.prompt_pos, self._row_budget)
-            if self._companions and need >= EXACT_PIECE and end == len(slot.job_request.prompt):
+            if self._split_kernels and need >= EXACT_PIECE and end == len(slot.job_request.prompt):
                 # the prompt's last row on its own, as a warm rerun of this prompt decodes it:
                 # the same request answers alike whether its prefix is cached or not
                 need -= 1
@@ -826,6 +836,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             n_seqs=self.config.n_parallel,
             next_pos=lambda seq: llama_cpp.llama_memory_seq_pos_max(self._mem, seq) + 1,
             room=batch.free_rows,
+            spare=self._spare_seq,
         )
         token = batch.raw.token[0]
         for seq, pos in plan:
