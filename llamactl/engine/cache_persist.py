@@ -18,12 +18,16 @@ import contextlib
 import hashlib
 import logging
 import struct
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from llamactl.core.errors import LlamactlError
+from llamactl.core.errors import EngineClosedError, InvalidRequestError, LlamactlError
 
-from .prompt_cache import PromptCache
+from .prompt_cache import CacheEntry, PromptCache
 from .seq_store import SeqStore
 from .slot import Slot
 from .state_file import (
@@ -36,7 +40,7 @@ from .state_file import (
     write_state_file,
 )
 
-__all__ = ["SUFFIX", "CachePersister", "PersistItem", "persist_items"]
+__all__ = ["SUFFIX", "CachePersister", "PersistItem", "PersistedCache", "persist_items"]
 
 log = logging.getLogger("llamactl.engine")
 
@@ -182,3 +186,80 @@ def persist_items(
         snap = SeqSnapshot(entry.tokens, entry.state, entry.checkpoints)
         items.append(PersistItem(persister.name_for(entry.tokens), snap.nbytes, snap))
     return items
+
+
+# Runs `fn(None)` on the decode thread between two steps (Engine._on_decode_thread).
+BetweenSteps = Callable[..., "Future[Any]"]
+
+
+class PersistedCache:
+    """The prompt cache's disk side for one engine: the saved prompts are loaded into the
+    RAM cache at start, written every `interval` seconds by a thread of its own (the states
+    taken between decode steps) and once more when the engine closes."""
+
+    def __init__(
+        self,
+        directory: Path,
+        identity: StateIdentity,
+        cache: PromptCache,
+        store: SeqStore,
+        slots: list[Slot],
+        between_steps: BetweenSteps,
+    ) -> None:
+        self.persister = CachePersister(directory, identity, cache.limit)
+        self._cache, self._store, self._slots = cache, store, slots
+        self._between_steps = between_steps
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        for snap in self.persister.load():
+            try:
+                store.check(snap)
+            except InvalidRequestError as exc:
+                log.warning("prompt cache: a saved prompt was skipped: %s", exc)
+                continue
+            cache.add(CacheEntry(snap.tokens, snap.state, cache.layout, snap.checkpoints))
+
+    def start(self, interval: float) -> None:
+        """Write every `interval` seconds from now on (0: only on close)."""
+        if interval <= 0:
+            return
+        self._thread = threading.Thread(
+            target=self._periodically, args=(interval,), name="llamactl-cache-persist"
+        )
+        self._thread.daemon = True
+        self._thread.start()
+
+    def write_now(self) -> int:
+        """Write the cache and idle slots' prompts now; return the files written. Any thread
+        but the decode thread (it waits for a gap between steps)."""
+        items = self._between_steps(None, lambda _: self._items()).result()
+        return self.persister.write(items)
+
+    def stop(self) -> None:
+        """End the periodic writes (the engine is closing)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def write_final(self) -> None:
+        """The last write, once the decode thread has stopped (so this thread may read the
+        context); a failure is logged, never raised: closing goes on."""
+        try:
+            self.persister.write(self._items())
+        except Exception:
+            log.warning("prompt cache: writing it to disk failed", exc_info=True)
+
+    def rekey(self, identity: StateIdentity) -> None:
+        self.persister.rekey(identity)
+
+    def _items(self) -> list[PersistItem]:
+        return persist_items(self.persister, self._cache, self._slots, self._store)
+
+    def _periodically(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self.write_now()
+            except EngineClosedError:
+                return
+            except Exception:
+                log.warning("prompt cache: writing it to disk failed", exc_info=True)

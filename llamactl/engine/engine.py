@@ -10,7 +10,6 @@ greedy output does not depend on what else is being served.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from llamactl.core.errors import (
 
 from ._backend import memory_of
 from .batch import Batch
-from .cache_persist import CachePersister, persist_items
+from .cache_persist import PersistedCache
 from .context import (
     ContextLayout,
     default_slot_ctx,
@@ -45,7 +44,7 @@ from .loop import DecodeLoop
 from .lora import LoraSet
 from .model import Model
 from .output import OutputProcessor
-from .prompt_cache import CacheEntry, PromptCache
+from .prompt_cache import PromptCache
 from .requests import EngineConfig, EngineStats, GenerationRequest, ReasoningSpec
 from .sampling import SamplerChain, check_grammar
 from .seq_store import SeqStore, SlotFileResult, SlotFiles
@@ -232,33 +231,26 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         self.slot_files = SlotFiles(self.seq_store, self.identity, self._on_decode_thread)
         self._calls: deque[_Call] = deque()
         self._deferred: list[_Call] = []  # calls taken by the decode thread, not yet run
-        self._persister = self._open_persister(config)
-        self._persist_stop = threading.Event()
-        self._persist_thread: threading.Thread | None = None
+        self._disk = self._open_disk_cache(config)
         self._start_loop(max_queue=config.max_queue, thread_name="llamactl-decode")
-        if self._persister is not None and config.cache_persist_interval > 0:
-            self._persist_thread = threading.Thread(
-                target=self._persist_periodically, name="llamactl-cache-persist", daemon=True
-            )
-            self._persist_thread.start()
+        if self._disk is not None:
+            self._disk.start(config.cache_persist_interval)
 
-    def _open_persister(self, config: EngineConfig) -> CachePersister | None:
+    def _open_disk_cache(self, config: EngineConfig) -> PersistedCache | None:
         """The on-disk prompt cache, with its saved prompts loaded into the RAM cache."""
         if config.cache_persist_dir is None:
             return None
-        cache = self.cache
-        if cache is None:
+        if self.cache is None:
             log.warning("--cache-persist needs the RAM prompt cache (--cache-ram is 0): off")
             return None
-        persister = CachePersister(Path(config.cache_persist_dir), self.identity, cache.limit)
-        for snap in persister.load():
-            try:
-                self.seq_store.check(snap)
-            except InvalidRequestError as exc:
-                log.warning("prompt cache: a saved prompt was skipped: %s", exc)
-                continue
-            cache.add(CacheEntry(snap.tokens, snap.state, cache.layout, snap.checkpoints))
-        return persister
+        return PersistedCache(
+            Path(config.cache_persist_dir),
+            self.identity,
+            self.cache,
+            self.seq_store,
+            self._slots,
+            self._on_decode_thread,
+        )
 
     def attach_projector(self, path: str | Path) -> None:
         """Pair an mmproj with the model, so prompts may carry its images or audio."""
@@ -328,13 +320,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         """Write the prompt cache (and idle slots' prompts) to `--cache-persist`'s directory
         now; return the files written. The states are taken between decode steps, the files
         written on this thread."""
-        persister, cache = self._persister, self.cache
-        if persister is None or cache is None:
-            return 0
-        items = self._on_decode_thread(
-            None, lambda _: persist_items(persister, cache, self._slots, self.seq_store)
-        ).result()
-        return persister.write(items)
+        return self._disk.write_now() if self._disk is not None else 0
 
     def _on_decode_thread(
         self, slot_id: int | None, fn: Callable[[Any], Any], *, all_idle: bool = False
@@ -395,17 +381,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             self.cache.layout = (*self._cache_layout, self.lora.key)
         self.identity = replace(self.identity, lora=self._lora_identity())
         self.slot_files.identity = self.identity
-        if self._persister is not None:
-            self._persister.rekey(self.identity)
-
-    def _persist_periodically(self) -> None:
-        while not self._persist_stop.wait(self.config.cache_persist_interval):
-            try:
-                self.persist_cache()
-            except EngineClosedError:
-                return
-            except Exception:
-                log.warning("prompt cache: writing it to disk failed", exc_info=True)
+        if self._disk is not None:
+            self._disk.rekey(self.identity)
 
     def drain(self) -> None:
         """Take no new requests and end the queued ones; running ones go on to their end (the
@@ -421,9 +398,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
     def close(self) -> None:
         """Stop the decode thread, end every open stream, write the prompt cache to disk
         (with --cache-persist), free the context."""
-        self._persist_stop.set()
-        if self._persist_thread is not None:
-            self._persist_thread.join()
+        if self._disk is not None:
+            self._disk.stop()
         if not self._stop_loop():
             return
         closed = EngineClosedError("the engine shut down before this slot action ran")
@@ -431,13 +407,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             if call.future.set_running_or_notify_cancel():
                 call.future.set_exception(closed)
         self._deferred, self._calls = [], deque()
-        if self._persister is not None and self.cache is not None:
-            try:  # the decode thread has stopped: this thread may read the context
-                self._persister.write(
-                    persist_items(self._persister, self.cache, self._slots, self.seq_store)
-                )
-            except Exception:
-                log.warning("prompt cache: writing it to disk failed", exc_info=True)
+        if self._disk is not None:
+            self._disk.write_final()
         err = EngineClosedError("the engine shut down before this request finished")
         for slot in self._slots:
             if slot.stream is not None:
