@@ -1,6 +1,6 @@
 """Speech-to-text figures: the embedded Whisper tiny.en on 2 threads, beside its anchors.
 
-    python bench/transcribe.py [--runs 10] [--threads 2]
+    python bench/transcribe.py [--runs 10] [--threads 2] [--models whisper-tiny.en,whisper-base]
 
 1. Real-time factor (compute seconds per second of audio, lower is better) of
    - faster-whisper alone: `WhisperModel.transcribe`, greedy, on the whole recording (anchor:
@@ -9,6 +9,8 @@
      possible, first append to last completion (target: at most 0.08);
    - the streaming path live: fed in real time with partial hypotheses on, worker busy time
      over audio time (what a live session costs the machine).
+   Each of `--models` (default: the embedded tiny.en and, when its packages are installed,
+   Whisper base) is measured in turn, with its WER on the recording.
 2. Realtime latency on a running `llamactl serve`: a ~5 s utterance is sent over
    `/v1/realtime` in real time (100 ms appends), then committed; the time from sending the
    commit to receiving its `...transcription.completed` (target: p50 at most 300 ms).
@@ -44,14 +46,19 @@ UTTERANCE = (
 )
 
 
-def rtf_faster_whisper(pcm: np.ndarray, rate: int, threads: int) -> tuple[float, str]:
+def model_dir(name: str) -> Path:
+    from llamactl.engine.audio.whisper import BASE_NAME, base_model_dir, embedded_model_dir
+
+    return base_model_dir() if name == BASE_NAME else embedded_model_dir()
+
+
+def rtf_faster_whisper(pcm: np.ndarray, rate: int, threads: int, name: str) -> tuple[float, str]:
     from faster_whisper import WhisperModel
 
     from llamactl.engine.audio.pcm import resample, to_float32
-    from llamactl.engine.audio.whisper import embedded_model_dir
 
     model = WhisperModel(
-        str(embedded_model_dir()), device="cpu", compute_type="int8", cpu_threads=threads
+        str(model_dir(name)), device="cpu", compute_type="int8", cpu_threads=threads
     )
     audio = resample(to_float32(pcm), rate, 16000)
     list(model.transcribe(audio[:16000], language="en", beam_size=1)[0])  # warm up
@@ -63,11 +70,11 @@ def rtf_faster_whisper(pcm: np.ndarray, rate: int, threads: int) -> tuple[float,
     return (time.perf_counter() - t0) / (audio.size / 16000), text
 
 
-def rtf_stream(pcm: np.ndarray, rate: int, threads: int) -> tuple[float, float, str]:
+def rtf_stream(pcm: np.ndarray, rate: int, threads: int, name: str) -> tuple[float, float, str]:
     """(fast-feed wall RTF, live busy RTF, transcript)."""
     from llamactl.engine.audio import AudioService, Completed
 
-    service = AudioService(threads=threads)
+    service = AudioService(name, threads=threads)
     worker = service.worker()
     warm = service.open_stream(input_rate=rate)
     warm.append(pcm[: rate * 2])
@@ -101,6 +108,16 @@ def rtf_stream(pcm: np.ndarray, rate: int, threads: int) -> tuple[float, float, 
     stream.close()
     service.close()
     return fast, live, " ".join(texts)
+
+
+def default_models() -> list[str]:
+    """The embedded tiny.en, and Whisper base when its packages are installed."""
+    import importlib.util
+
+    from llamactl.engine.audio.whisper import BASE_NAME, BASE_PACKAGES, EMBEDDED_NAME
+
+    found = all(importlib.util.find_spec(p) for p in BASE_PACKAGES)
+    return [EMBEDDED_NAME, BASE_NAME] if found else [EMBEDDED_NAME]
 
 
 def free_port() -> int:
@@ -175,20 +192,26 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="realtime latency runs")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--models", help="comma-separated speech models (default: both)")
     args = parser.parse_args()
+    models = args.models.split(",") if args.models else default_models()
 
     pcm, rate = utterances(SENTENCES * 2, voice=VOICE, gap=0.8)
     seconds = pcm.size / rate
     reference = " ".join(SENTENCES * 2)
     print(f"audio: {seconds:.1f} s of eSpeak NG speech, {args.threads} threads")
-    anchor, text = rtf_faster_whisper(pcm, rate, args.threads)
-    print(f"faster-whisper alone (greedy)   RTF {anchor:.3f}   WER {wer(reference, text):.3f}")
-    fast, live, text = rtf_stream(pcm, rate, args.threads)
-    print(
-        f"streaming path (fed at once)    RTF {fast:.3f}   WER {wer(reference, text):.3f}"
-        "   target <= 0.08"
-    )
-    print(f"streaming path (live, partials) RTF {live:.3f}   (worker busy / audio time)")
+    for name in models:
+        print(f"{name}:")
+        anchor, text = rtf_faster_whisper(pcm, rate, args.threads, name)
+        print(
+            f"  faster-whisper alone (greedy)   RTF {anchor:.3f}   WER {wer(reference, text):.3f}"
+        )
+        fast, live, text = rtf_stream(pcm, rate, args.threads, name)
+        print(
+            f"  streaming path (fed at once)    RTF {fast:.3f}   WER {wer(reference, text):.3f}"
+            "   target <= 0.08"
+        )
+        print(f"  streaming path (live, partials) RTF {live:.3f}   (worker busy / audio time)")
     print(
         f"realtime commit -> completed, {args.runs} runs of a "
         f"{speech(UTTERANCE, VOICE)[0].size / speech(UTTERANCE, VOICE)[1]:.1f} s utterance:"

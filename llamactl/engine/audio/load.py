@@ -2,6 +2,8 @@
 
 - nothing, `whisper-tiny.en`, `tiny.en`, or an OpenAI model name (`whisper-1`...): the
   embedded Whisper tiny.en;
+- `whisper-base` or `base`: Whisper base (multilingual, more accurate, about 2x slower), from
+  the optional `speech-base` packages;
 - a directory with `model.bin`: a CTranslate2 Whisper model for faster-whisper;
 - a `.gguf` file: a llama.cpp audio model through `mtmd`; its mmproj is `mmproj`, or the one
   `mmproj*.gguf` file beside it.
@@ -15,6 +17,7 @@ from llamactl.core.errors import ModelNotFoundError
 
 from .transcriber import Transcriber
 
+BASE_ALIASES = frozenset({"whisper-base", "base"})
 EMBEDDED_ALIASES = frozenset(
     {
         "",
@@ -40,6 +43,10 @@ def load_transcriber(
         from .whisper import FasterWhisperTranscriber
 
         return FasterWhisperTranscriber(threads=threads)
+    if name in BASE_ALIASES:
+        from .whisper import BASE_NAME, FasterWhisperTranscriber
+
+        return FasterWhisperTranscriber(threads=threads, name=BASE_NAME)
     path = Path(name).expanduser()
     if path.is_dir():
         from .whisper import FasterWhisperTranscriber
@@ -51,8 +58,8 @@ def load_transcriber(
         return MtmdTranscriber(path, mmproj or find_mmproj(path), threads=threads)
     if not path.exists():
         raise ModelNotFoundError(
-            f"speech model not found: {name} (give whisper-tiny.en, a CTranslate2 Whisper "
-            "directory, or a llama.cpp audio model .gguf with its mmproj)"
+            f"speech model not found: {name} (give whisper-tiny.en, whisper-base, a "
+            "CTranslate2 Whisper directory, or a llama.cpp audio model .gguf with its mmproj)"
         )
     raise ModelNotFoundError(f"{path} is not a speech model llamactl can load")
 

