@@ -149,8 +149,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         # a one-slot engine takes them: a draft's rows are always in company, so without
         # companions speculation would change its answers (measured: a one-slot engine
         # without companions decodes 1.7x faster past 1.5k cells, and answers differently
-        # once speculation is on). Its companions go to a spare sequence (see __init__'s
-        # layout), which attends over its own one cell.
+        # once speculation is on). Its companions go to the spare sequence opened above.
         self._companions = self._split_kernels and self._can_trim
         self._split_streams = not config.kv_unified and config.n_parallel > 1
         held = 1 if self._companions else 0

@@ -77,21 +77,26 @@ def base_model_dir() -> Path:
         sources.values()
     ):
         raise ModelNotFoundError(f"the {BASE_NAME} packages are incomplete; reinstall them")
-    size = sum(p.stat().st_size for p in parts)
     target = cache_dir() / BASE_NAME
-    model = target / "model.bin"
-    if not model.is_file() or model.stat().st_size != size:
-        with atomic_output(model) as out:
-            for part in parts:
-                with part.open("rb") as f:
-                    shutil.copyfileobj(f, out, 1 << 22)
-    for name, source in sources.items():
-        assert source is not None
-        copy = target / name
-        if not copy.is_file() or copy.stat().st_size != source.stat().st_size:
-            with atomic_output(copy) as out:
-                out.write(source.read_bytes())
+    try:
+        _join(parts, target / "model.bin")
+        for name, source in sources.items():
+            assert source is not None
+            _join([source], target / name)
+    except OSError as exc:
+        raise ModelLoadError(f"could not put {BASE_NAME} together in {target}: {exc}") from exc
     return target
+
+
+def _join(parts: list[Path], out_path: Path) -> None:
+    """`parts` concatenated into `out_path`, unless it is already there (same size)."""
+    size = sum(p.stat().st_size for p in parts)
+    if out_path.is_file() and out_path.stat().st_size == size:
+        return
+    with atomic_output(out_path) as out:
+        for part in parts:
+            with part.open("rb") as f:
+                shutil.copyfileobj(f, out, 1 << 22)
 
 
 def is_ctranslate2_whisper(path: Path) -> bool:
