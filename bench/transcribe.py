@@ -46,19 +46,14 @@ UTTERANCE = (
 )
 
 
-def model_dir(name: str) -> Path:
-    from llamactl.engine.audio.whisper import BASE_NAME, base_model_dir, embedded_model_dir
-
-    return base_model_dir() if name == BASE_NAME else embedded_model_dir()
-
-
 def rtf_faster_whisper(pcm: np.ndarray, rate: int, threads: int, name: str) -> tuple[float, str]:
     from faster_whisper import WhisperModel
 
     from llamactl.engine.audio.pcm import resample, to_float32
+    from llamactl.engine.audio.whisper import named_model_dir
 
     model = WhisperModel(
-        str(model_dir(name)), device="cpu", compute_type="int8", cpu_threads=threads
+        str(named_model_dir(name)), device="cpu", compute_type="int8", cpu_threads=threads
     )
     audio = resample(to_float32(pcm), rate, 16000)
     list(model.transcribe(audio[:16000], language="en", beam_size=1)[0])  # warm up

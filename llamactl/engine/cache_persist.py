@@ -206,12 +206,12 @@ class PersistedCache:
         slots: list[Slot],
         between_steps: BetweenSteps,
     ) -> None:
-        self.persister = CachePersister(directory, identity, cache.limit)
+        self._persister = CachePersister(directory, identity, cache.limit)
         self._cache, self._store, self._slots = cache, store, slots
         self._between_steps = between_steps
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        for snap in self.persister.load():
+        for snap in self._persister.load():
             try:
                 store.check(snap)
             except InvalidRequestError as exc:
@@ -233,7 +233,7 @@ class PersistedCache:
         """Write the cache and idle slots' prompts now; return the files written. Any thread
         but the decode thread (it waits for a gap between steps)."""
         items = self._between_steps(None, lambda _: self._items()).result()
-        return self.persister.write(items)
+        return self._persister.write(items)
 
     def stop(self) -> None:
         """End the periodic writes (the engine is closing)."""
@@ -245,15 +245,15 @@ class PersistedCache:
         """The last write, once the decode thread has stopped (so this thread may read the
         context); a failure is logged, never raised: closing goes on."""
         try:
-            self.persister.write(self._items())
+            self._persister.write(self._items())
         except Exception:
             log.warning("prompt cache: writing it to disk failed", exc_info=True)
 
     def rekey(self, identity: StateIdentity) -> None:
-        self.persister.rekey(identity)
+        self._persister.rekey(identity)
 
     def _items(self) -> list[PersistItem]:
-        return persist_items(self.persister, self._cache, self._slots, self._store)
+        return persist_items(self._persister, self._cache, self._slots, self._store)
 
     def _periodically(self, interval: float) -> None:
         while not self._stop.wait(interval):

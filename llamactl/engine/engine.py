@@ -123,7 +123,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
                 n_ctx=n_ctx,
                 n_batch=config.n_batch,
                 n_ubatch=config.n_ubatch,
-                n_seq_max=config.n_parallel + (self._spare_seq is not None),
+                n_seq_max=config.n_parallel + (0 if self._spare_seq is None else 1),
                 n_threads=threads,
                 n_threads_batch=config.n_threads_batch or threads,
                 kv_unified=config.kv_unified or self._spare_seq is not None,

@@ -2,7 +2,7 @@
 
 - nothing, `whisper-tiny.en`, `tiny.en`, or an OpenAI model name (`whisper-1`...): the
   embedded Whisper tiny.en;
-- `whisper-base` or `base`: Whisper base (multilingual, more accurate, about 2x slower), from
+- `whisper-base` or `base`: Whisper base (multilingual, more accurate, ~1.6x the compute), from
   the optional `speech-base` packages;
 - a directory with `model.bin`: a CTranslate2 Whisper model for faster-whisper;
 - a `.gguf` file: a llama.cpp audio model through `mtmd`; its mmproj is `mmproj`, or the one

@@ -72,17 +72,14 @@ def base_model_dir() -> Path:
             ) from None
         data.append(Path(next(iter(module.__path__))) / "data")
     parts = sorted(p for d in data for p in d.glob("model.bin.part*"))
-    sources = {f: next((d / f for d in data if (d / f).is_file()), None) for f in BASE_FILES}
-    if [p.name for p in parts] != ["model.bin.part1", "model.bin.part2"] or None in (
-        sources.values()
-    ):
+    found = {f: [d / f for d in data if (d / f).is_file()] for f in BASE_FILES}
+    if [p.name for p in parts] != ["model.bin.part1", "model.bin.part2"] or not all(found.values()):
         raise ModelNotFoundError(f"the {BASE_NAME} packages are incomplete; reinstall them")
     target = cache_dir() / BASE_NAME
     try:
         _join(parts, target / "model.bin")
-        for name, source in sources.items():
-            assert source is not None
-            _join([source], target / name)
+        for name, sources in found.items():
+            _join(sources[:1], target / name)
     except OSError as exc:
         raise ModelLoadError(f"could not put {BASE_NAME} together in {target}: {exc}") from exc
     return target
@@ -97,6 +94,11 @@ def _join(parts: list[Path], out_path: Path) -> None:
         for part in parts:
             with part.open("rb") as f:
                 shutil.copyfileobj(f, out, 1 << 22)
+
+
+def named_model_dir(name: str | None) -> Path:
+    """The directory of a packaged model: Whisper base for BASE_NAME, else tiny.en."""
+    return base_model_dir() if name == BASE_NAME else embedded_model_dir()
 
 
 def is_ctranslate2_whisper(path: Path) -> bool:
@@ -119,10 +121,7 @@ class FasterWhisperTranscriber(Transcriber):
         from llamactl.engine.limits import physical_cores
 
         embedded = model_dir is None and name != BASE_NAME
-        if model_dir is not None:
-            path = Path(model_dir)
-        else:
-            path = base_model_dir() if name == BASE_NAME else embedded_model_dir()
+        path = named_model_dir(name) if model_dir is None else Path(model_dir)
         if not is_ctranslate2_whisper(path):
             raise ModelNotFoundError(
                 f"{path} is not a CTranslate2 Whisper model (a directory with model.bin and "
