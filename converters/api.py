@@ -87,7 +87,7 @@ def convert(
         family, p = plan(src, outtype=out, mmproj=mmproj, base=base)
         head = list(p.head)
         result = ConvertResult(
-            None if family.chat else family.decision_type,
+            family.decision_type if family.decides else None,
             p.arch,
             p.kind,
             target,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from llamactl.core.errors import CheckpointError, ConvertError
 
-from . import chat, d1, h2o_lightning, minicpm_ocr_jev, openjev
+from . import chat, d1, h2o_lightning, minicpm_ocr_jev, openjev, pockettts
 from .checkpoint import Checkpoint
 from .plan import GGUFPlan, OutType
 
@@ -22,11 +22,16 @@ class Family:
     mmproj: Callable[[Checkpoint, OutType], GGUFPlan] | None
     takes_base: bool = False
     chat: bool = False  # a plain chat model: no decision keys
+    speech: bool = False  # a text-to-speech model: no decision keys either
 
     @property
     def name(self) -> str:
-        """The family as messages name it (the decision type, or "chat")."""
+        """The family as messages name it (the decision type, the speech model, or "chat")."""
         return "chat" if self.chat else self.decision_type
+
+    @property
+    def decides(self) -> bool:
+        return not (self.chat or self.speech)
 
 
 def _no_mmproj(kind: str) -> Callable[[Checkpoint, OutType], GGUFPlan]:
@@ -38,6 +43,13 @@ def _no_mmproj(kind: str) -> Callable[[Checkpoint, OutType], GGUFPlan]:
 
 # Most specific first: adapters before full checkpoints, omni before plain d1.
 FAMILIES: tuple[Family, ...] = (
+    Family(
+        pockettts.TYPE,
+        pockettts.is_pockettts,
+        lambda c, o, b: pockettts.plan(c, o),
+        pockettts.plan_mmproj,
+        speech=True,
+    ),
     Family(openjev.LEV, openjev.is_lev, openjev.plan_lev, _no_mmproj("lev"), takes_base=True),
     Family(openjev.KEV, openjev.is_kev, openjev.plan_kev, _no_mmproj("kev"), takes_base=True),
     Family(

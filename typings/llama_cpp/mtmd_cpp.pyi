@@ -138,3 +138,55 @@ def mtmd_helper_eval_chunks(
     new_n_past: Any,  # byref(llama_pos)
     /,
 ) -> int: ...
+
+# audio generation (the TTS helper and the stateless process call it is built on)
+mtmd_helper_gen_audio_p = NewType("mtmd_helper_gen_audio_p", int)
+MTMD_HELPER_GEN_AUDIO_OUTTYPE_PCM: int
+MTMD_HELPER_GEN_AUDIO_OUTTYPE_WAV: int
+MTMD_GEN_PROCESS_TYPE_GEN_CODE: int
+MTMD_GEN_PROCESS_TYPE_GEN_WAV: int
+
+class mtmd_helper_gen_audio_inp(ctypes.Structure):
+    seq_id: int
+    prompt: bytes | None
+    prompt_len: int
+    speaker_ref: mtmd_bitmap_p | None
+    lang: bytes | None
+    top_k: int
+    top_p: float
+    seed: int
+    out_type: int
+
+class mtmd_gen_inp(ctypes.Structure):
+    type: int
+    code0: int
+    embd: Any
+    top_k: int
+    top_p: float
+    seed: int
+    temp: float
+
+class mtmd_gen_out(ctypes.Structure):
+    is_eos: bool
+
+def mtmd_gen_inp_default(ctx: mtmd_context_p, /) -> mtmd_gen_inp: ...
+def mtmd_gen_audio_process(ctx: mtmd_context_p, inp: Any, out: Any, /) -> int: ...
+def mtmd_bitmap_get_nx(bitmap: mtmd_bitmap_p, /) -> int: ...
+def mtmd_helper_gen_audio_init(
+    lctx: llama_context_p, mctx: mtmd_context_p, /
+) -> mtmd_helper_gen_audio_p | None: ...
+def mtmd_helper_gen_audio_free(ctx: mtmd_helper_gen_audio_p, /) -> None: ...
+def mtmd_helper_gen_audio_reset(ctx: mtmd_helper_gen_audio_p, /) -> None: ...
+def mtmd_helper_gen_audio_set_input(ctx: mtmd_helper_gen_audio_p, inp: Any, /) -> int: ...
+def mtmd_helper_gen_audio_step_prompt(ctx: mtmd_helper_gen_audio_p, n_batch: int, /) -> int: ...
+def mtmd_helper_gen_audio_step_gen(
+    ctx: mtmd_helper_gen_audio_p, sampled: int, h_state_in: Any, h_state_out: Any, out_stop: Any, /
+) -> int: ...
+def mtmd_helper_gen_audio_get_output(
+    ctx: mtmd_helper_gen_audio_p,
+    out_sample_rate: Any,
+    out_data: Any,
+    out_data_len: Any,
+    out_n_samples: Any,
+    /,
+) -> int: ...
