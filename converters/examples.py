@@ -30,7 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from .example_pockettts import build_pockettts
 from .safetensors_io import SafetensorsFile, save_file
+
 
 __all__ = [
     "BUILDERS",
@@ -1210,6 +1212,7 @@ BUILDERS: dict[str, Callable[..., Path]] = {
     "qwen35": build_qwen35_base,
     "lfm2": build_lfm2,
     "gemma3": build_gemma3,
+    "pocket-tts": build_pockettts,
 }
 
 

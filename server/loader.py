@@ -213,4 +213,6 @@ def open_speech(settings: Settings) -> Synthesizer:
     model that cannot speak raises CannotSpeakError (HTTP 501)."""
     if settings.tts_model is None:
         return open_synthesizer()
-    return open_mtmd_synthesizer(settings.tts_model, settings.tts_mmproj)
+    return open_mtmd_synthesizer(
+        settings.tts_model, settings.tts_mmproj, threads=settings.threads or 0
+    )
