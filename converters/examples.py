@@ -33,11 +33,11 @@ import numpy as np
 from .example_pockettts import build_pockettts
 from .safetensors_io import SafetensorsFile, save_file
 
-
 __all__ = [
     "BUILDERS",
     "CHAT_EXAMPLES",
     "DECISION_EXAMPLES",
+    "SPEECH_EXAMPLES",
     "FAMILIES",
     "build",
     "write_examples",
@@ -1171,6 +1171,7 @@ def build_gemma3(path: Path, *, bf16: bool = False, shards: int = 1, seed: int =
 
 
 CHAT_EXAMPLES = ("llama", "qwen2", "qwen3", "qwen35", "lfm2", "gemma3")
+SPEECH_EXAMPLES = ("pocket-tts",)
 DECISION_EXAMPLES = (
     "lfm2-d1",
     "lfm2-d1-omni",
@@ -1188,7 +1189,7 @@ def write_examples(root: Path | str) -> dict[str, Path]:
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     out: dict[str, Path] = {}
-    for name in CHAT_EXAMPLES + DECISION_EXAMPLES:
+    for name in CHAT_EXAMPLES + DECISION_EXAMPLES + SPEECH_EXAMPLES:
         options: dict[str, Any] = {"base": out["qwen35"]} if name in ("lev", "kev") else {}
         out[name] = build(name, root / name, **options)
     return out

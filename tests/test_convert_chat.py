@@ -11,7 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 from llamactl.converters import CheckpointError, ConvertError, convert
-from llamactl.converters.examples import CHAT_EXAMPLES, DECISION_EXAMPLES, write_examples
+from llamactl.converters.examples import (
+    CHAT_EXAMPLES,
+    DECISION_EXAMPLES,
+    SPEECH_EXAMPLES,
+    write_examples,
+)
 from synthetic_checkpoints import cached, read_gguf, read_tensor
 from typer.testing import CliRunner
 
@@ -178,7 +183,7 @@ def test_example_writes_every_family_and_each_converts(tmp_path):
     result = run("convert", "--example", tmp_path / "ex", "--json")
     assert result.exit_code == 0, result.output
     made = json.loads(result.stdout)
-    assert set(made) == set(CHAT_EXAMPLES) | set(DECISION_EXAMPLES)
+    assert set(made) == set(CHAT_EXAMPLES) | set(DECISION_EXAMPLES) | set(SPEECH_EXAMPLES)
     out = tmp_path / "out"
     out.mkdir()
     for name, path in made.items():

@@ -1,10 +1,9 @@
-"""The llama.cpp `mtmd` TTS backend and the speech options around it.
+"""The llama.cpp `mtmd` TTS backend's refusals and the speech options around it.
 
-No llama.cpp TTS model (Qwen3-TTS, pocket-tts) can be fetched offline, so the backend is
-tested on its detection and refusal paths with the embedded text model, synthetic projectors
-and a tiny converted vision model that llama.cpp really loads: every way a model "cannot
-speak" is one clear error, a 501 on `/tts` and `/v1/audio/speech`, and a one-line message with
-exit code 1 from `llamactl tts`.
+With the embedded text model, synthetic projectors and a tiny converted vision model that
+llama.cpp really loads: every way a model "cannot speak" is one clear error, a 501 on `/tts`
+and `/v1/audio/speech`, and a one-line message with exit code 1 from `llamactl tts`. A model
+that speaks (Pocket TTS) is tests/test_tts_pocket.py.
 """
 
 from __future__ import annotations

@@ -206,3 +206,64 @@ def test_tts_and_speech_endpoints_speak_with_the_model(pair):
         assert len(results) == 3 and all(len(r) >= 10 * FRAME * 2 for r in results)
         bad = httpx.post(live.url + "/tts", json={"input": TEXT, "speed": 2.0}, timeout=60)
         assert bad.status_code == 400 and "own pace" in bad.json()["error"]["message"]
+
+
+def _realtime_answer(url: str, question: str) -> tuple[dict, bytes]:
+    """One realtime session: a typed question, an answer in audio; (response.done, PCM)."""
+    import base64
+    import json
+
+    from websockets.sync.client import connect
+
+    with connect(url.replace("http://", "ws://") + "/v1/realtime", open_timeout=30) as ws:
+        audio = bytearray()
+
+        def until(kind: str) -> dict:
+            while True:
+                event = json.loads(ws.recv(timeout=180))
+                if event["type"] == "response.output_audio.delta":
+                    audio.extend(base64.b64decode(event["delta"]))
+                if event["type"] in (kind, "error"):
+                    return event
+
+        until("session.created")
+        turns = {"audio": {"input": {"turn_detection": None}}, "type": "realtime"}
+        ws.send(json.dumps({"type": "session.update", "session": turns}))
+        until("session.updated")
+        item = {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": question}],
+        }
+        ws.send(json.dumps({"type": "conversation.item.create", "item": item}))
+        ask = {"output_modalities": ["audio"], "max_output_tokens": 24}
+        ws.send(json.dumps({"type": "response.create", "response": ask}))
+        return until("response.done"), bytes(audio)
+
+
+def test_realtime_answers_are_spoken_by_the_model(pair):
+    from serverkit import run_server
+
+    model, mmproj = pair
+    with run_server(
+        parallel=2, temperature=0.0, tts_model=str(model), tts_mmproj=str(mmproj)
+    ) as live:
+        answers: list[tuple[dict, bytes]] = []
+
+        def ask(question: str) -> None:
+            answers.append(_realtime_answer(live.url, question))
+
+        threads = [
+            threading.Thread(target=ask, args=(q,))
+            for q in ("What is the capital of France?", "Name a colour.")
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        assert len(answers) == 2
+        for done, pcm in answers:
+            assert done["type"] == "response.done", done
+            assert done["response"]["status"] == "completed", done["response"]
+            # 16-bit PCM at the session's 24 kHz: the model's frames, at least one of them
+            assert len(pcm) >= FRAME * 2 and len(pcm) % 2 == 0

@@ -1,4 +1,4 @@
-"""llama.cpp TTS models (pocket-tts, Qwen3-TTS) through `mtmd`: the generation loop.
+"""llama.cpp TTS models through `mtmd`: the pocket-tts generation loop.
 
 A llama.cpp TTS model is a backbone GGUF plus an mmproj holding the audio generator. The
 pinned llama-cpp-python (0.3.36) binds llama.cpp's audio-generation helper
@@ -41,6 +41,9 @@ from llamactl.core.errors import (
 from .synth import Synthesizer, Voice, check_speed, check_text
 
 GENERATORS = {1: "qwen3-tts", 2: "pocket-tts"}  # enum mtmd_gen_audio_type (0: none)
+# the generators whose loop llamactl drives (and tests on a converted model): pocket-tts
+# steps from the backbone's hidden state alone; qwen3-tts also needs a sampled codebook token
+DRIVEN = ("pocket-tts",)
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,13 @@ class MtmdSynthesizer(Synthesizer):
                     f"{self.model_path.name} cannot speak: llama.cpp found no audio generator "
                     f"in {self.mmproj_path.name} (mtmd_gen_audio_get_info: none); it is an "
                     "input projector (vision or hearing), not a TTS model"
+                )
+            if self.generator not in DRIVEN:
+                raise CannotSpeakError(
+                    f"{self.model_path.name} is a {self.generator} model ({info.sample_rate} "
+                    "Hz): its frames start from a codebook token sampled from the backbone, "
+                    "a loop llamactl does not drive yet (pocket-tts models speak); use the "
+                    "eSpeak NG voice instead"
                 )
             self._rate = int(info.sample_rate)
             self.variant = (
