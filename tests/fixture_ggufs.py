@@ -1,4 +1,4 @@
-"""Tiny GGUFs that llama.cpp loads for real, for the rerank and /infill tests.
+"""Tiny GGUFs that llama.cpp loads for real, for the rerank, /infill and mtmd speech tests.
 
 - `build_rank_bert`: a 2-layer BERT cross-encoder with a classification head (`cls`, `cls.output`,
   one output label), the shape of bge-reranker / jina-reranker GGUFs, with a WordPiece vocab
@@ -6,6 +6,10 @@
   scores mean nothing, but they are what llama.cpp computes, which is what the tests compare.
 - `build_fim_copy`: the embedded SmolLM2 with FIM token ids written into its metadata (the
   `<repo_name>` ... `<jupyter_*>` specials it already has stand in for FIM markers).
+- `build_audio_mmproj`: a Qwen2-Audio style hearing projector (`qwen2a`: Whisper's encoder of
+  two convolutions, position embeddings and a transformer layer, then a linear projection),
+  64 wide, for a chat model of `text_hidden`: mtmd hears through it, and the model's
+  transcript is noise.
 
 Both are written once per test session into pytest's temp folder (never committed).
 """
@@ -18,7 +22,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-__all__ = ["FIM_MARKERS", "RANK_WORDS", "build_fim_copy", "build_rank_bert"]
+__all__ = ["FIM_MARKERS", "RANK_WORDS", "build_audio_mmproj", "build_fim_copy", "build_rank_bert"]
 
 RANK_WORDS = ["machine", "learning", "is", "the", "paris", "city", "data", "which"]
 
@@ -138,4 +142,56 @@ def build_fim_copy(source: Path, path: Path, kinds: tuple[str, ...] = tuple(FIM_
         w.write_tensor_data(t.data)
     w.close()
     tmp.replace(path)
+    return path
+
+
+def build_audio_mmproj(path: Path, *, text_hidden: int, seed: int = 0) -> Path:
+    """A `qwen2a` mmproj: 128 mel bins in (llama.cpp computes them, 16 kHz), `text_hidden`-wide
+    embeddings out, four 10 ms frames each (two convolutions' stride, then the average pool)."""
+    width, ff, mel, positions = 64, 128, 128, 1500  # 1500: Whisper's 30 s after the stride
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), "clip")
+    w.add_type("mmproj")
+    w.add_bool("clip.has_vision_encoder", False)
+    w.add_bool("clip.has_audio_encoder", True)
+    w.add_string("clip.projector_type", "qwen2a")
+    w.add_uint32("clip.audio.num_mel_bins", mel)
+    w.add_uint32("clip.audio.embedding_length", width)
+    w.add_uint32("clip.audio.feed_forward_length", ff)
+    w.add_uint32("clip.audio.block_count", 1)
+    w.add_uint32("clip.audio.projection_dim", text_hidden)
+    w.add_uint32("clip.audio.attention.head_count", 1)
+    w.add_float32("clip.audio.attention.layer_norm_epsilon", 1e-5)
+
+    def weight(name: str, *shape: int, scale: float | None = None, f16: bool = False) -> None:
+        std = scale if scale is not None else 1 / np.sqrt(shape[-1])
+        data = rng.standard_normal(shape) * std
+        w.add_tensor(name, data.astype(np.float16 if f16 else np.float32))
+
+    def norm(name: str) -> None:
+        w.add_tensor(f"{name}.weight", np.ones(width, np.float32))
+        w.add_tensor(f"{name}.bias", np.zeros(width, np.float32))
+
+    weight("a.conv1d.1.weight", width, mel, 3, f16=True)  # ggml's conv kernels are F16
+    weight("a.conv1d.1.bias", width, 1, scale=0.01)
+    weight("a.conv1d.2.weight", width, width, 3, f16=True)
+    weight("a.conv1d.2.bias", width, 1, scale=0.01)
+    weight("a.position_embd.weight", positions, width, scale=0.02)
+    for part in ("attn_q", "attn_k", "attn_v", "attn_out"):
+        weight(f"a.blk.0.{part}.weight", width, width)
+    for part in ("attn_q", "attn_v", "attn_out"):  # Whisper's keys have no bias
+        weight(f"a.blk.0.{part}.bias", width, scale=0.01)
+    norm("a.blk.0.ln1")
+    norm("a.blk.0.ln2")
+    weight("a.blk.0.ffn_up.weight", ff, width)
+    weight("a.blk.0.ffn_up.bias", ff, scale=0.01)
+    weight("a.blk.0.ffn_down.weight", width, ff)
+    weight("a.blk.0.ffn_down.bias", width, scale=0.01)
+    norm("a.post_ln")
+    weight("mm.a.fc.weight", text_hidden, width)
+    weight("mm.a.fc.bias", text_hidden, scale=0.01)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     return path

@@ -1,8 +1,8 @@
 """The llama.cpp `mtmd` speech backend: its loading path and its errors.
 
-No llama.cpp audio model is available offline, so these tests drive the real loading code
-(GGUF checks, `mtmd_get_cap_from_file`-level validation, `mtmd_init_from_file` with the
-embedded text model) into each way it can fail, and check the ASR prompt it would send.
+These tests drive the real loading code (GGUF checks, `mtmd_get_cap_from_file`-level
+validation, `mtmd_init_from_file` with the embedded text model) into each way it can fail, and
+check the ASR prompt it sends; tests/test_asr_mtmd.py runs a model that hears.
 """
 
 from __future__ import annotations

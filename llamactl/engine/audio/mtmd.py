@@ -221,9 +221,15 @@ class MtmdTranscriber(Transcriber):
         return self._ctx, self._lctx, self._sampler
 
     def _generate(self) -> list[int]:
+        """Greedy tokens up to the end of the transcript, MAX_TOKENS, or a loop: a transcript
+        that repeats itself (what a model does on audio it cannot read) stops there rather
+        than filling the window with the same words."""
+        from llamactl.core.repetition import RepetitionGuard
+
         llama = self._llama
         _, lctx, sampler = self._handles()
         llama.llama_sampler_reset(sampler)
+        guard = RepetitionGuard.for_speech()
         out: list[int] = []
         token_buf = (llama.llama_token * 1)()
         for _ in range(MAX_TOKENS):
@@ -231,6 +237,8 @@ class MtmdTranscriber(Transcriber):
             if self._model.is_eog(token):
                 break
             out.append(token)
+            if guard.feed(self._model.token_bytes(token).decode("utf-8", "replace")):
+                break
             token_buf[0] = token
             if llama.llama_decode(lctx, llama.llama_batch_get_one(token_buf, 1)) != 0:
                 break
