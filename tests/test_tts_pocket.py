@@ -193,10 +193,8 @@ def test_tts_and_speech_endpoints_speak_with_the_model(pair):
         streamed = bytearray()
         with httpx.stream("POST", live.url + "/tts", json={**body, "stream": True}) as r:
             assert r.status_code == 200
-            parts = 0
             for part in r.iter_bytes():
                 streamed.extend(part)
-                parts += 1
         assert bytes(streamed) == samples  # the same samples, sent as they were made
 
         speech = {"model": "tts-1", "input": TEXT, "voice": "alloy", "response_format": "pcm"}
