@@ -3,6 +3,8 @@ the pipecat-ai wheel) and real eSpeak speech through the real VAD and transcribe
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from audiokit import silence, speech, to_rate
@@ -16,6 +18,7 @@ from llamactl.engine.audio import (
     TranscriptionStream,
     semantic_turn,
 )
+from llamactl.engine.audio.vad import WINDOW
 
 MODEL_FIXTURES = {"service"}  # fixtures that load a model: users are slow
 
@@ -146,3 +149,43 @@ def test_a_missing_smart_turn_model_is_a_clear_error(service, monkeypatch, tmp_p
         with pytest.raises(ModelNotFoundError, match="Smart Turn"):
             stream.configure(semantic=semantic_turn())
         assert stream.semantic is None
+
+
+@pytest.mark.parametrize("mode", ["server", "semantic"])
+def test_the_transcript_is_read_before_the_turn_ends(service, mode):
+    """Fed as the TUI's microphone sends it (50 ms blocks, each read by the VAD before the
+    next comes), a finished turn's transcript is read while the VAD still waits out the
+    turn's silence, so the answer can start at the commit. A semantic turn keeps half its
+    short silence as end padding (100 ms at auto, server VAD keeps 200 ms of its 500): with
+    200 ms its reading could only begin as the turn ended."""
+    audio = np.concatenate([silence(0.3, RATE), spoken("Where is the train station?")])
+    audio = np.concatenate([audio, silence(4.5, RATE)])
+    rule = semantic_turn("auto") if mode == "semantic" else None
+    with service.open_stream(turn_detection=True, semantic=rule, partials=False) as stream:
+        log: list[str] = []
+        read, emit = stream._read, stream._emit
+
+        def reading(audio16: np.ndarray):
+            log.append("read")
+            return read(audio16)
+
+        def emitting(event) -> None:
+            log.append(type(event).__name__)
+            emit(event)
+
+        stream._read = reading  # type: ignore[method-assign]
+        stream._emit = emitting  # type: ignore[method-assign]
+        block = RATE // 20
+        for i in range(0, audio.size, block):
+            stream.append(audio[i : i + block])
+            deadline = time.monotonic() + 30
+            # the VAD has read the block, or waits at a Smart Turn reading
+            while stream._vad_pos + WINDOW <= i + block and stream._turn_wait is None:
+                assert time.monotonic() < deadline
+                time.sleep(0.002)
+        stream.commit()
+        assert stream.wait_idle(60)
+    assert log.count("Committed") >= 1, log
+    after = log[log.index("Committed") :]
+    assert "read" not in after, log  # nothing was left to read
+    assert "Completed" in after

@@ -406,7 +406,7 @@ class TranscriptionStream:
         )
 
     def _plan_final(self) -> Job | None:
-        while self._ready and self._ready[0].reusable(self.vad.samples(self.vad.end_padding_ms)):
+        while self._ready and self._ready[0].reusable(self._end_padding()):
             region = self._ready[0]
             self._finalize(region, region.read_text)
         if not self._ready:
@@ -425,7 +425,7 @@ class TranscriptionStream:
         region = self._region
         if region is None or self._marks:
             return None
-        pad = self.vad.samples(self.vad.end_padding_ms)
+        pad = self._end_padding()
         if region.quiet_from is not None:
             end = region.quiet_from + pad
             if self._vad_pos < end or region.read_end == end:
@@ -509,7 +509,7 @@ class TranscriptionStream:
             else:
                 ends = end_w - region.quiet_from >= cfg.samples(cfg.silence_duration_ms)
             if ends:
-                end = min(end_w, region.quiet_from + cfg.samples(cfg.end_padding_ms))
+                end = min(end_w, region.quiet_from + self._end_padding())
                 self._close_region(region, end)
                 self._region = None
                 self._emit(SpeechStopped(self._vad_item, self._seconds(end_w)))
@@ -522,6 +522,16 @@ class TranscriptionStream:
             self._close_region(region, cut)
             self._region = _Region(self._vad_item, cut, partial_at=cut)
         return True
+
+    def _end_padding(self) -> int:
+        """Audio kept after a region's last speech window. A semantic turn keeps half its
+        short silence: the region is read while the VAD still waits for the rest of that
+        silence and Smart Turn's reading, so the transcript is ready as the turn ends (with
+        the full 200 ms the reading only began then, 130 ms later than it can)."""
+        ms = self.vad.end_padding_ms
+        if self.semantic is not None and self.turn_detection:
+            ms = min(ms, self.semantic.finished_ms // 2)
+        return self.vad.samples(ms)
 
     def _semantic_end(self, region: _Region, end_w: int, rule: SemanticTurn) -> bool | None:
         """Does the silence up to `end_w` end the turn? None: Smart Turn must read it first."""
@@ -551,7 +561,7 @@ class TranscriptionStream:
         region = self._region
         if region is not None:
             q = region.quiet_from
-            end = pos if q is None else min(pos, q + self.vad.samples(self.vad.end_padding_ms))
+            end = pos if q is None else min(pos, q + self._end_padding())
             self._close_region(region, end)
             self._region = None
         self._done.append((item, pos))
