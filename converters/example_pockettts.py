@@ -86,14 +86,18 @@ def build_pockettts(path: Path, *, seed: int = 0, eos_after: float = 0.0) -> Pat
     norm("flow_lm.out_norm", EMBD)
     w("flow_lm.out_eos.weight", 1, EMBD, scale=0.01)
     t["flow_lm.out_eos.bias"] = np.full(1, eos_after, np.float32)
+
+    def layer(p: str, embd: int, ff: int) -> None:
+        """One transformer layer of the flow LM's or mimi's."""
+        norm(f"{p}.norm1", embd)
+        norm(f"{p}.norm2", embd)
+        w(f"{p}.self_attn.in_proj.weight", 3 * embd, embd)
+        w(f"{p}.self_attn.out_proj.weight", embd, embd)
+        w(f"{p}.linear1.weight", ff, embd)
+        w(f"{p}.linear2.weight", embd, ff)
+
     for i in range(LAYERS):
-        p = f"flow_lm.transformer.layers.{i}"
-        norm(f"{p}.norm1", EMBD)
-        norm(f"{p}.norm2", EMBD)
-        w(f"{p}.self_attn.in_proj.weight", 3 * EMBD, EMBD)
-        w(f"{p}.self_attn.out_proj.weight", EMBD, EMBD)
-        w(f"{p}.linear1.weight", FF, EMBD)
-        w(f"{p}.linear2.weight", EMBD, FF)
+        layer(f"flow_lm.transformer.layers.{i}", EMBD, FF)
     # the flow net
     f = "flow_lm.flow_net"
     w(f"{f}.input_proj.weight", FLOW, LATENT)
@@ -126,12 +130,7 @@ def build_pockettts(path: Path, *, seed: int = 0, eos_after: float = 0.0) -> Pat
     for side in ("encoder", "decoder"):
         for i in range(1):
             p = f"mimi.{side}_transformer.transformer.layers.{i}"
-            norm(f"{p}.norm1", MIMI)
-            norm(f"{p}.norm2", MIMI)
-            w(f"{p}.self_attn.in_proj.weight", 3 * MIMI, MIMI)
-            w(f"{p}.self_attn.out_proj.weight", MIMI, MIMI)
-            w(f"{p}.linear1.weight", MIMI_FF, MIMI)
-            w(f"{p}.linear2.weight", MIMI, MIMI_FF)
+            layer(p, MIMI, MIMI_FF)
             ones(f"{p}.layer_scale_1.scale", MIMI, 0.1)
             ones(f"{p}.layer_scale_2.scale", MIMI, 0.1)
     w("mimi.downsample.conv.conv.weight", MIMI, MIMI, 2 * DOWNSAMPLE)

@@ -255,6 +255,15 @@ def plan_mmproj(ckpt: Checkpoint, out: OutType) -> GGUFPlan:
     for name in ckpt.tensor_names():
         tensors.extend(_mmproj_tensors(name, ckpt.lazy(name)))
 
+    def mimi_transformer(w: gguf.GGUFWriter, prefix: str) -> None:
+        """The shape of mimi's transformer, as each of the two encoders reads it."""
+        w.add_uint32(f"{prefix}.projection_dim", size.n_embd)
+        w.add_uint32(f"{prefix}.block_count", size.mimi_layers)
+        w.add_uint32(f"{prefix}.embedding_length", size.mimi_embd)
+        w.add_uint32(f"{prefix}.feed_forward_length", size.mimi_ff)
+        w.add_uint32(f"{prefix}.attention.head_count", size.mimi_embd // HEAD_DIM)
+        w.add_float32(f"{prefix}.attention.layer_norm_epsilon", 1e-5)
+
     def write_metadata(w: gguf.GGUFWriter, o: OutType) -> None:
         write_general(w, kind="mmproj", card_dir=ckpt.dir)
         w.add_file_type(o.file_type)
@@ -262,22 +271,12 @@ def plan_mmproj(ckpt: Checkpoint, out: OutType) -> GGUFPlan:
         # the voice encoder (sample rate 24 kHz on llama.cpp's side, as its other audio models)
         w.add_bool("clip.has_audio_encoder", True)
         w.add_string("clip.audio.projector_type", "pockettts_spkenc")
-        w.add_uint32("clip.audio.projection_dim", size.n_embd)
-        w.add_uint32("clip.audio.block_count", size.mimi_layers)
-        w.add_uint32("clip.audio.embedding_length", size.mimi_embd)
-        w.add_uint32("clip.audio.feed_forward_length", size.mimi_ff)
-        w.add_uint32("clip.audio.attention.head_count", size.mimi_embd // HEAD_DIM)
-        w.add_float32("clip.audio.attention.layer_norm_epsilon", 1e-5)
+        mimi_transformer(w, "clip.audio")
         w.add_uint32("clip.audio.num_mel_bins", 1)  # mimi convolves the waveform itself
         # the generator: the flow net, then mimi's decoder
         w.add_bool("clip.has_gen_audio_encoder", True)
         w.add_string("clip.gen.audio.projector_type", "pockettts_gen")
-        w.add_uint32("clip.gen.audio.projection_dim", size.n_embd)
-        w.add_uint32("clip.gen.audio.embedding_length", size.mimi_embd)
-        w.add_uint32("clip.gen.audio.feed_forward_length", size.mimi_ff)
-        w.add_uint32("clip.gen.audio.block_count", size.mimi_layers)
-        w.add_uint32("clip.gen.audio.attention.head_count", size.mimi_embd // HEAD_DIM)
-        w.add_float32("clip.gen.audio.attention.layer_norm_epsilon", 1e-5)
+        mimi_transformer(w, "clip.gen.audio")
         w.add_string("clip.gen.audio.model_variant", ckpt.dir.name)
 
     return GGUFPlan("clip", "mmproj", f"{TYPE} (clip)", tensors, write_metadata)
