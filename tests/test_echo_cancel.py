@@ -34,10 +34,13 @@ def user() -> np.ndarray:
     return _say(0, "en-us+f2")
 
 
-def _room(played: np.ndarray, delay_ms: float, gain: float, *, hard: bool = False) -> np.ndarray:
+def _room(
+    played: np.ndarray, delay_ms: float, gain: float, *, hard: bool = False, drift_ppm: float = 0
+) -> np.ndarray:
     """What the microphone hears of `played`: late by `delay_ms`, with three reflections;
     `hard`: a small speaker driven into soft clipping, in a room that reverberates for 0.3 s
-    (a tail of -6 dB, longer than the canceller's filter)."""
+    (a tail of -6 dB, longer than the canceller's filter); `drift_ppm`: the microphone's clock
+    that far from the player's."""
     response = np.zeros(int((0.3 if hard else 0.05) * RATE))
     if hard:
         t = np.arange(response.size) / RATE
@@ -47,6 +50,9 @@ def _room(played: np.ndarray, delay_ms: float, gain: float, *, hard: bool = Fals
     for at_ms, level in ((0, 1.0), (7, 0.35), (23, -0.2), (41, 0.1)):
         response[int(at_ms * RATE / 1000)] = level
     wet = np.convolve(played, response)[: played.size] * gain
+    if drift_ppm:  # the microphone's clock runs apart from the player's
+        at = np.arange(played.size) * (1 + drift_ppm * 1e-6)
+        wet = np.interp(at, np.arange(played.size), wet, right=0.0)
     late = np.concatenate([np.zeros(int(delay_ms * RATE / 1000)), wet])[: played.size]
     return late + np.random.default_rng(0).normal(0, NOISE, played.size)
 
@@ -118,3 +124,20 @@ def test_without_an_echo_the_user_is_heard_while_the_assistant_talks(
     mic[onset : onset + user.size] += 0.8 * user[: mic.size - onset]
     found = _speech(_cancel(mic, answers, 480, 2400))
     assert len(found) == 1 and abs(found[0][0] - (onset / RATE - 0.3)) < 0.2
+
+
+@pytest.mark.parametrize("drift_ppm", [-100, 100])
+def test_clocks_drifting_apart_are_followed(
+    answers: np.ndarray, user: np.ndarray, drift_ppm: float
+) -> None:
+    """Microphone and speaker on separate sound cards: the echo slides by 2.4 samples a
+    second. The canceller measures that drift on the first answers' echo and follows it, so
+    a barge-in over the third answer is heard and the echo alone is not."""
+    played = np.concatenate([answers, answers[: _say(3).size + RATE]])
+    mic = _room(played, 150, 0.7, drift_ppm=drift_ppm)
+    assert _speech(_cancel(mic, played, 480, 2400)) == []
+    onset = answers.size + RATE  # a second into the third answer
+    mic[onset : onset + user.size] += 0.8 * user[: mic.size - onset]
+    canceller_found = _speech(_cancel(mic, played, 480, 2400))
+    assert len(canceller_found) == 1
+    assert onset / RATE - 0.5 < canceller_found[0][0] < onset / RATE + 0.2

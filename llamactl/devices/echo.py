@@ -20,8 +20,11 @@ it removes it before sending:
   distortion) is damped frequency by frequency where the held echo estimate says echo is
   to be expected (`echo_residual.ResidualSuppressor`), and the room's noise fills the gaps: a
   user quieter than the echo still gets through in the bins their voice holds.
+- **Drift.** Separate sound cards' clocks drift apart: the echo's delay estimates then fall
+  on a sloping line (`echo_drift.DriftTracker`), and the reference is read at the moving
+  delay, between samples, so the filter's room stays still.
 - **Half duplex first.** Until the filter removes 10 dB of the echo the microphone is muted
-  while something plays; a path it cannot learn (clocks drifting apart) keeps it so.
+  while something plays.
 
 Everything is numpy on 5 ms blocks: about 4 % of one core at 24 kHz (bench/echo.py).
 """
@@ -33,12 +36,14 @@ import threading
 
 import numpy as np
 
+from .echo_drift import DriftTracker
 from .echo_residual import ResidualSuppressor
 
 __all__ = ["EchoCanceller"]
 
 _EPS = 1e-6
 _RT60 = 0.4  # the longest reverberation damped after the played voice stops (s)
+_LEAD_MS = 2.0  # with drift: the filter's taps before the direct sound (the delay's error)
 _NO_ECHO_AFTER = 2.0  # seconds played while the microphone heard only the room: no echo
 _LIKENESS = 0.2  # an echo's correlation with its reference, at least (a user's is ~0)
 _LEARNED = 10.0  # the filter has learned the room once it removes 10 dB of the echo
@@ -77,6 +82,8 @@ class EchoCanceller:
         self._anchor: int | None = None
         self.delay: int | None = None  # echo delay in samples, once found
         self._candidate: int | None = None
+        self._drift = DriftTracker(rate)  # separate clocks: the delay moves, followed here
+        self._lead = int(_LEAD_MS * rate / 1000)
         self._mic_history = np.zeros(int(1.5 * rate), np.float32)
         self._since_estimate = 0
         self._pending = np.zeros(0, np.float32)  # microphone samples short of a block
@@ -153,9 +160,23 @@ class EchoCanceller:
                 if self._anchor is not None:
                     self._reset_filter()  # the clocks jumped (a device restarted)
                 self._anchor = anchor
-            start = self._mic_total + self._anchor - (self.delay or 0)
+            start = self._mic_total + self._anchor
             self._mic_total += n
-            return self._ref_at(start, n)
+            if self._drift.drift:  # the delay moves within the block: read between samples
+                # the filter's first taps reach `_lead` before the direct sound, so a
+                # moving delay followed a little late still leaves it on a tap
+                first = start + self._lead - self._drift.delay_at(start - self._anchor)
+                return self._ref_between(first, 1.0 - self._drift.drift, n)
+            return self._ref_at(start - (self.delay or 0), n)
+
+    def _ref_between(self, first: float, step: float, n: int) -> np.ndarray:
+        """Played samples at fractional positions `first + step * i` (linear interpolation)."""
+        at = first + step * np.arange(n)
+        lo = int(np.floor(at[0]))
+        span = self._ref_at(lo, int(np.floor(at[-1])) - lo + 2)
+        i = np.floor(at).astype(np.int64) - lo
+        frac = (at - np.floor(at)).astype(np.float32)
+        return span[i] * (1.0 - frac) + span[i + 1] * frac
 
     def _ref_at(self, start: int, n: int) -> np.ndarray:
         out = np.zeros(n, np.float32)
@@ -198,6 +219,11 @@ class EchoCanceller:
         if lags[peak] < 6 * (float(np.std(lags)) + _EPS):
             return  # no clear echo
         found = self.max_delay - peak
+        if 0 < peak < self.max_delay:  # between samples: the parabola through the peak
+            a, b, c = lags[peak - 1], lags[peak], lags[peak + 1]
+            shift = 0.5 * (a - c) / (a - 2 * b + c) if a - 2 * b + c < 0 else 0.0
+        else:
+            shift = 0.0
         aligned = ref[peak : peak + mic.size]
         likeness = float(np.dot(aligned, mic)) / (
             float(np.linalg.norm(aligned) * np.linalg.norm(mic)) + _EPS
@@ -208,9 +234,20 @@ class EchoCanceller:
         agreed = clear or (
             self._candidate is not None and abs(found - self._candidate) <= self.rate // 1000
         )
-        if agreed and (self.delay is None or abs(found - self.delay) > self.block // 2):
+        expected = self.delay
+        if self._drift.drift and self.delay is not None:
+            expected = round(self._drift.delay_at(self._mic_total))
+        if agreed and (expected is None or abs(found - expected) > self.block // 2):
             self.delay = found
             self._reset_filter()
+            self._drift.reset()  # another path: its own drift
+        if agreed:
+            # the delay of the window's middle, where the estimate sits
+            middle = self._mic_total - self._mic_history.size // 2
+            drifting = bool(self._drift.drift)
+            self._drift.observe(middle, self.max_delay - (peak + float(shift)))
+            if bool(self._drift.drift) != drifting:
+                self._reset_filter()  # the reference moves under the filter: learn it anew
         self._candidate = found
 
     def _reset_filter(self) -> None:
