@@ -197,12 +197,11 @@ def main() -> int:
             else:  # the first speech found is the user's (the VAD pads 300 ms before it)
                 ok = bool(found) and abs(found[0][0] + 0.3 - onset) <= FOUND_WITHIN
             row[label] = {"ok": ok, "speech": [(round(a, 2), round(b, 2)) for a, b in found]}
-        if verbose:
+        if args.verbose:
             print(kind, row, file=sys.stderr)
         return row
 
     compute = audio = 0.0
-    verbose = args.verbose
     sets = {
         "echo only": ("echo only", False, args.clips),
         "barge-in": ("barge-in", False, args.clips),

@@ -138,6 +138,6 @@ def test_clocks_drifting_apart_are_followed(
     assert _speech(_cancel(mic, played, 480, 2400)) == []
     onset = answers.size + RATE  # a second into the third answer
     mic[onset : onset + user.size] += 0.8 * user[: mic.size - onset]
-    canceller_found = _speech(_cancel(mic, played, 480, 2400))
-    assert len(canceller_found) == 1
-    assert onset / RATE - 0.5 < canceller_found[0][0] < onset / RATE + 0.2
+    found = _speech(_cancel(mic, played, 480, 2400))
+    assert len(found) == 1
+    assert onset / RATE - 0.5 < found[0][0] < onset / RATE + 0.2

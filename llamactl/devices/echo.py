@@ -96,7 +96,6 @@ class EchoCanceller:
         longest += self._reverb_blocks
         self._recent_ref: collections.deque[float] = collections.deque(maxlen=longest)
         self._noise = 1e-4  # the room's noise power per sample, tracked from the microphone
-        self._rng = np.random.default_rng(0)
         self._mic_level = 0.0  # smoothed block energies while something plays
         self._error_level = 0.0
         self._learned = False  # the filter has learned the room's echo path
