@@ -77,9 +77,10 @@ defaults
     timeout client {stream_timeout}
     timeout server {stream_timeout}
     timeout tunnel {tunnel_timeout}
-    # retried elsewhere only when the connection failed: a started generation never runs twice
+    # retried elsewhere only when the request was not started: the connection failed, or a
+    # draining replica answered 503 on a reused connection; a started generation never runs twice
     retries 2
-    retry-on conn-failure
+    retry-on conn-failure 503
     option redispatch 1
 
 frontend llamactl
