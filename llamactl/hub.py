@@ -6,7 +6,9 @@ only GGUF, else its Q4_K_M, else a list to choose from). Files are fetched over 
 with resume (a `.part` file beside the target, continued with a Range request), checked
 against the size and SHA-256 the hub lists for them, and moved into place only when whole.
 Files land in `<models_dir>/<owner>/<repo>/<file>`, so `--model owner/repo/file` and
-`llamactl models` find them.
+`llamactl models` find them. A ref or a listed file path that would land anywhere else (`..`,
+an absolute path, a backslash, an empty part, a NUL) is refused before anything is written:
+the listing comes from whatever `HF_ENDPOINT` names, and a mirror is not trusted with paths.
 
 The endpoint is `HF_ENDPOINT` (default https://huggingface.co) and `HF_TOKEN` is sent when
 set: a mirror or a local server works the same way.
@@ -29,6 +31,7 @@ from llamactl.core.errors import DownloadError
 __all__ = [
     "HubFile",
     "ModelRef",
+    "check_relative",
     "ensure",
     "hub_endpoint",
     "list_gguf_files",
@@ -51,12 +54,47 @@ class ModelRef:
     quant: str | None = None  # Q4_K_M, q8_0, ...
     revision: str = "main"
 
+    def __post_init__(self) -> None:
+        # checked here, not only in parse_ref: the repo and the file become local paths
+        check_relative(self.repo, "the repo")
+        if self.repo.count("/") != 1:
+            raise DownloadError(f"the repo {self.repo!r} is not OWNER/REPO")
+        if self.file is not None:
+            check_relative(self.file, "the file")
+
 
 @dataclass(frozen=True)
 class HubFile:
     path: str
     size: int | None
     sha256: str | None  # the LFS object id, when the hub lists one
+
+
+def check_relative(path: str, what: str) -> str:
+    """`path` when it is a plain relative path (`/`-separated parts, none empty, `.` or `..`,
+    no backslash, NUL or drive letter), else DownloadError: joined to a directory, it stays
+    inside it. Names and listings come from the hub or a mirror, which may be hostile."""
+    problem = None
+    if not path:
+        problem = "an empty path"
+    elif "\0" in path:
+        problem = "a NUL byte"
+    elif "\\" in path:
+        problem = "a backslash"
+    elif path.startswith("/"):
+        problem = "an absolute path"
+    elif re.match(r"[A-Za-z]:", path):
+        problem = "a drive letter"
+    else:
+        bad = next((part for part in path.split("/") if part in ("", ".", "..")), None)
+        if bad is not None:
+            problem = "an empty part" if bad == "" else f"a {bad!r} part"
+    if problem is not None:
+        raise DownloadError(
+            f"{what} {path!r} is refused: {problem} would leave the models directory; "
+            "nothing was written"
+        )
+    return path
 
 
 def parse_ref(text: str, revision: str = "main") -> ModelRef:
@@ -118,12 +156,22 @@ def list_gguf_files(ref: ModelRef, client: httpx.Client | None = None) -> list[H
             client.close()
     files = []
     for entry in entries if isinstance(entries, list) else []:
-        path = entry.get("path", "")
-        if entry.get("type") != "file" or not path.lower().endswith(".gguf"):
+        if not isinstance(entry, dict) or entry.get("type") != "file":
             continue
-        lfs = entry.get("lfs") or {}
+        path = entry.get("path", "")
+        if not isinstance(path, str):
+            continue
+        if not path.lower().endswith(".gguf"):
+            continue
+        # any listed GGUF path that would leave the repo's folder condemns the whole listing
+        check_relative(path, f"{hub_endpoint()} lists in {ref.repo} the file")
+        lfs = entry.get("lfs")
+        lfs = lfs if isinstance(lfs, dict) else {}
         size = lfs.get("size", entry.get("size"))
-        files.append(HubFile(path, int(size) if size is not None else None, lfs.get("oid")))
+        if size is not None and (not isinstance(size, int) or size < 0):
+            raise DownloadError(f"{ref.repo} lists {path} with the size {size!r}: not a size")
+        oid = lfs.get("oid")
+        files.append(HubFile(path, size, oid if isinstance(oid, str) else None))
     return files
 
 
@@ -180,6 +228,13 @@ def _names(files: list[HubFile]) -> str:
 
 
 def target_path(models_dir: Path, ref: ModelRef, file: HubFile) -> Path:
+    """Where `file` is saved: under `models_dir/OWNER/REPO`, checked once more on the joined
+    path (lexically, so a folder the user linked into the models directory still works)."""
+    check_relative(file.path, f"{ref.repo} lists the file")
+    root = os.path.abspath(models_dir / ref.repo)
+    target = os.path.abspath(models_dir / ref.repo / file.path)
+    if os.path.commonpath([root, target]) != root or target == root:
+        raise DownloadError(f"{file.path!r} would be saved outside {root}; nothing was written")
     return models_dir / ref.repo / file.path
 
 

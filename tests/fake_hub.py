@@ -3,8 +3,9 @@
 It speaks what the hub speaks to a downloader: the tree listing
 (`/api/models/OWNER/REPO/tree/REV?recursive=true`, with LFS sizes and SHA-256 ids) and
 `/OWNER/REPO/resolve/REV/PATH`, answered with a 302 to a content URL that honours Range
-requests. It can cut a body short once (a broken connection), lie about a hash, and refuse
-a gated repo.
+requests. It can cut a body short once (a broken connection), lie about a hash, refuse
+a gated repo, and play a hostile mirror (`serve_anything`: every file request gets those
+bytes, whatever path it names, so a listed `../../x.gguf` would really arrive).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ class FakeHub:
     cut_after: int | None = None  # the next body stops after this many bytes
     wrong_hash: set[str] = field(default_factory=set)  # paths listed with another SHA-256
     ranges: list[str] = field(default_factory=list)  # Range headers seen
+    serve_anything: bytes | None = None  # answer every non-listing GET with these bytes
+    requests: list[str] = field(default_factory=list)  # the paths asked for
     url: str = ""
 
     def start(self) -> FakeHub:
@@ -47,9 +50,12 @@ class FakeHub:
 
     def handle(self, req: BaseHTTPRequestHandler) -> None:
         path = unquote(urlparse(req.path).path)
+        self.requests.append(path)
         parts = path.strip("/").split("/")
         if parts[:2] == ["api", "models"] and len(parts) >= 6 and parts[4] == "tree":
             return self._tree(req, f"{parts[2]}/{parts[3]}")
+        if self.serve_anything is not None:
+            return self._send(req, 200, self.serve_anything, "application/octet-stream")
         if len(parts) >= 5 and parts[2] == "resolve":
             repo, file = f"{parts[0]}/{parts[1]}", "/".join(parts[4:])
             if repo in self.gated:

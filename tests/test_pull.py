@@ -136,3 +136,58 @@ def test_hf_repo_fetches_once_and_then_works_offline(hub, tmp_path, monkeypatch)
     with pytest.raises(DownloadError, match="cannot reach the hub"):
         resolve_model(other)
     hub.start()  # the fixture's stop needs a live server
+
+
+# A hostile mirror (issue #31, row 15): listed paths and refs that would leave the models
+# directory are refused before anything is fetched or written.
+HOSTILE_PATHS = [
+    "../../../escape.gguf",  # out of the models directory
+    "../escape.gguf",  # out of the repo's folder
+    "sub/../../../../escape.gguf",
+    "ABSOLUTE",  # replaced by an absolute path under tmp_path
+    "sub\\..\\..\\..\\escape.gguf",
+    "sub//escape.gguf",
+    "./escape.gguf",
+    "escape\x00.gguf",
+]
+
+
+@pytest.mark.parametrize("listed", HOSTILE_PATHS)
+def test_a_hostile_mirror_cannot_write_outside_the_models_directory(hub, tmp_path, listed):
+    from llamactl.config import load_settings
+    from llamactl.models import resolve_model
+
+    if listed == "ABSOLUTE":
+        listed = str(tmp_path / "abs" / "escape.gguf")
+    data = b"GGUF" + b"e" * 100
+    hub.repos["someone/Evil-GGUF"] = {listed: data}
+    hub.serve_anything = data  # a mirror that answers any path with the bytes it listed
+    models = tmp_path / "root" / "models"
+    result = CliRunner().invoke(app, ["pull", "someone/Evil-GGUF", "--models-dir", str(models)])
+    assert result.exit_code == 1, result.output
+    assert "is refused" in result.output and "would leave the models directory" in result.output
+    settings = load_settings({"hf_repo": "someone/Evil-GGUF", "models_dir": models})
+    with pytest.raises(DownloadError, match="is refused"):
+        resolve_model(settings)  # -hf takes the same path
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    assert not [r for r in hub.requests if not r.startswith("/api/")]  # nothing was fetched
+
+
+@pytest.mark.parametrize(
+    "ref",
+    ["../..:x.gguf", "a/..:x.gguf", "./b", "a/b:../../x.gguf", "a/b:/tmp/x.gguf",
+     "a/b:dir\\x.gguf", "a/b:dir//x.gguf", "a/b:C:x.gguf"],
+)  # fmt: skip
+def test_refs_that_leave_the_models_directory_are_refused(ref, tmp_path):
+    with pytest.raises(DownloadError):
+        parse_ref(ref)
+    result = CliRunner().invoke(app, ["pull", ref, "--models-dir", str(tmp_path / "models")])
+    assert result.exit_code == 1, result.output
+    assert "would leave the models directory" in result.output
+    assert not list(tmp_path.rglob("*.gguf"))
+
+
+def test_files_in_a_repo_folder_still_land_in_it(hub, tmp_path):
+    hub.repos[REPO]["sub/dir/tiny-Q2_K.gguf"] = b"GGUF" + b"s" * 10
+    paths = pull(parse_ref(f"{REPO}:sub/dir/tiny-Q2_K.gguf"), tmp_path)
+    assert paths == [tmp_path / REPO / "sub" / "dir" / "tiny-Q2_K.gguf"]
