@@ -4,6 +4,10 @@ A torch file is a zip holding `<root>/data.pkl` and one raw buffer per storage u
 `<root>/data/<key>`. The pickle is read with an allow-list of the few globals a saved state dict
 uses (tensor rebuild, storage types, OrderedDict); anything else is refused, so loading cannot
 run code, like `torch.load(weights_only=True)`. Tensors come back as numpy arrays.
+
+A tensor is a view (offset, shape, strides) of its storage; every view is checked against the
+storage's length before numpy strides over it, since numpy trusts the numbers: a shape larger
+than its storage would copy whatever memory follows (or crash the process).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import numpy as np
 
 from llamactl.core.errors import CheckpointError
 
-_STORAGE_DTYPES = {
+_STORAGE_DTYPES: dict[str, np.dtype[Any]] = {
     "FloatStorage": np.dtype("<f4"),
     "DoubleStorage": np.dtype("<f8"),
     "HalfStorage": np.dtype("<f2"),
@@ -39,14 +43,11 @@ class _StorageType:
         self.dtype = _STORAGE_DTYPES[name]
 
 
-def _rebuild_tensor(
-    storage: np.ndarray, offset: int, size: tuple[int, ...], stride: tuple[int, ...], *_: Any
-) -> np.ndarray:
-    item = storage.itemsize
-    view = np.lib.stride_tricks.as_strided(
-        storage[offset:], shape=tuple(size), strides=tuple(s * item for s in stride)
-    )
-    return np.array(view)
+_MAX_DIMS = 32  # numpy's own limit is 64; a state dict's tensors have a handful
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _rebuild_parameter(data: np.ndarray, *_: Any) -> np.ndarray:
@@ -60,7 +61,7 @@ class _Unpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         if module == "torch._utils" and name == "_rebuild_tensor_v2":
-            return _rebuild_tensor
+            return self._rebuild_tensor
         if module == "torch._utils" and name == "_rebuild_parameter":
             return _rebuild_parameter
         if module == "torch" and name in _STORAGE_DTYPES:
@@ -71,11 +72,75 @@ class _Unpickler(pickle.Unpickler):
             self.path, None, f"refusing to load {module}.{name}: not a plain tensor state dict"
         )
 
+    def _rebuild_tensor(
+        self, storage: Any, offset: Any, size: Any, stride: Any, *_: Any
+    ) -> np.ndarray:
+        """The tensor `storage[offset:]` viewed with `size` and `stride` (in elements), as a
+        copy, once the view is known to lie inside the storage."""
+        shape, strides = self._checked_view(storage, offset, size, stride)
+        if 0 in shape:
+            return np.zeros(shape, dtype=storage.dtype)
+        item = storage.itemsize
+        view = np.lib.stride_tricks.as_strided(
+            storage[offset:], shape=shape, strides=tuple(s * item for s in strides)
+        )
+        return np.array(view)
+
+    def _checked_view(
+        self, storage: Any, offset: Any, size: Any, stride: Any
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(shape, strides) when every element the view reaches is inside `storage`, else a
+        CheckpointError: the reader's only defence against a file that lies about its sizes."""
+
+        def refuse(problem: str) -> CheckpointError:
+            return CheckpointError(
+                self.path, None, f"a tensor {problem}: a corrupt or hostile file"
+            )
+
+        if not (isinstance(storage, np.ndarray) and storage.ndim == 1):
+            raise refuse("is not built on a storage")
+        if not (isinstance(size, tuple | list) and isinstance(stride, tuple | list)):
+            raise refuse("has no shape or strides")
+        if len(size) != len(stride) or len(size) > _MAX_DIMS:
+            raise refuse(f"has the shape {size!r} with the strides {stride!r}")
+        if not (_is_count(offset) and all(_is_count(n) for n in (*size, *stride))):
+            raise refuse(f"has the offset {offset!r}, shape {size!r} or strides {stride!r}")
+        shape = tuple(int(n) for n in size)
+        # a dimension of one element never steps: its stride may be anything, numpy's may not
+        strides = tuple(int(s) if n > 1 else 0 for n, s in zip(shape, stride, strict=True))
+        if 0 in shape:
+            return shape, strides
+        numel = 1
+        for n in shape:
+            numel *= n
+        last = offset + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
+        if last >= len(storage):
+            raise refuse(
+                f"of shape {shape} (strides {strides}, offset {offset}) reaches element {last} "
+                f"of a storage of {len(storage)} elements"
+            )
+        if numel > len(storage):  # stride-0 broadcasting: a few bytes could ask for gigabytes
+            raise refuse(
+                f"of shape {shape} has {numel} elements, more than its storage's {len(storage)} "
+                "(a broadcast view; save it with .contiguous())"
+            )
+        return shape, strides
+
     def persistent_load(self, pid: Any) -> np.ndarray:
-        if not (isinstance(pid, tuple) and pid and pid[0] == "storage"):
+        if not (isinstance(pid, tuple) and len(pid) >= 3 and pid[0] == "storage"):
             raise CheckpointError(self.path, None, f"unsupported storage reference {pid!r}")
         storage_type, key = pid[1], str(pid[2])
-        raw = self.archive.read(f"{self.root}/data/{key}")
+        if not isinstance(storage_type, _StorageType):
+            raise CheckpointError(self.path, None, f"unsupported storage type {storage_type!r}")
+        name = f"{self.root}/data/{key}"
+        try:
+            raw = self.archive.read(name)
+        except KeyError:
+            raise CheckpointError(self.path, None, f"no storage {name} in the zip") from None
+        if len(raw) % storage_type.dtype.itemsize:
+            raise CheckpointError(
+                self.path, None, f"the storage {name} is {len(raw)} bytes: not whole elements"
+            )
         arr = np.frombuffer(raw, dtype=storage_type.dtype)
         if storage_type.name == "BFloat16Storage":
             arr = (arr.astype(np.uint32) << 16).view(np.float32)
@@ -93,3 +158,6 @@ def load(path: Path) -> Any:
             return _Unpickler(io.BytesIO(archive.read(pkl)), archive, root, path).load()
     except (zipfile.BadZipFile, OSError, pickle.UnpicklingError, EOFError) as exc:
         raise CheckpointError(path, None, f"cannot read the torch file ({exc})") from None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        # a pickle that calls the allowed globals with the wrong arguments
+        raise CheckpointError(path, None, f"not a torch state dict ({exc!r})") from None

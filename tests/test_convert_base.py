@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -100,6 +101,103 @@ def test_torch_files_cannot_run_code(tmp_path):
         z.writestr("archive/data.pkl", pickle.dumps(Evil(), protocol=2))
     with pytest.raises(CheckpointError, match="refusing to load .*print: not a plain tensor"):
         load_torch(tmp_path / "evil.pt")
+
+
+def _torch_zip(path, storage: bytes, shape, stride, offset: int = 0) -> Path:
+    """A torch.save zip of {"w": one float32 tensor} whose view (offset, shape, stride) is
+    written as given, whatever its storage holds: what a corrupt or hostile head.pt says."""
+    import pickle
+    import pickletools
+    import zipfile
+
+    def op(value) -> bytes:  # one value's pickle opcodes (protocol 2, no memo, no stop)
+        return pickletools.optimize(pickle.dumps(value, protocol=2))[2:-1]
+
+    def tup(values) -> bytes:
+        return b"(" + b"".join(op(v) for v in values) + b"t"
+
+    pkl = (
+        b"\x80\x02}(" + op("w") + b"ctorch._utils\n_rebuild_tensor_v2\n("
+        + b"(" + op("storage") + b"ctorch\nFloatStorage\n" + op("0") + op("cpu")
+        + op(len(storage) // 4) + b"tQ"
+        + op(offset) + tup(shape) + tup(stride) + b"\x89"
+        + b"ccollections\nOrderedDict\n)R" + b"tRu."
+    )  # fmt: skip
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", pkl)
+        z.writestr("archive/data/0", storage)
+        z.writestr("archive/version", "3\n")
+    return path
+
+
+def test_torch_views_inside_their_storage_load(tmp_path):
+    data = np.arange(12, dtype="<f4")
+    path = _torch_zip(tmp_path / "ok.pt", data.tobytes(), (3, 2), (1, 3), offset=2)
+    np.testing.assert_array_equal(load_torch(path)["w"], data[2:8].reshape(2, 3).T)
+    path = _torch_zip(tmp_path / "one.pt", data.tobytes(), (1, 12), (2**40, 1))
+    np.testing.assert_array_equal(load_torch(path)["w"], data[None])
+    path = _torch_zip(tmp_path / "empty.pt", b"", (0, 5), (5, 1))
+    assert load_torch(path)["w"].shape == (0, 5)
+
+
+@pytest.mark.parametrize(
+    ("shape", "stride", "offset", "problem"),
+    [
+        ((64, 64), (64, 1), 0, "reaches element 4095 of a storage of 4 elements"),
+        ((4,), (1,), 1, "reaches element 4 of a storage of 4"),
+        ((2, 2), (2**40, 1), 0, "reaches element 1099511627777"),
+        ((-4,), (1,), 0, "shape"),
+        ((2,), (-1,), 1, "strides"),
+        ((2,), (1,), -1, "offset"),
+        ((2, 2), (1,), 0, "with the strides"),
+        ((8,), (0,), 0, "more than its storage's 4"),
+    ],
+)
+def test_torch_views_outside_their_storage_are_refused(tmp_path, shape, stride, offset, problem):
+    """Issue #31 row 16: the old reader let numpy stride past the storage (heap bytes copied
+    into the GGUF, or a crash)."""
+    path = _torch_zip(tmp_path / "bad.pt", np.ones(4, "<f4").tobytes(), shape, stride, offset)
+    with pytest.raises(CheckpointError, match=rf"bad.pt: a tensor .*{re.escape(problem)}"):
+        load_torch(path)
+
+
+def test_a_huge_torch_shape_is_an_error_not_a_crash(tmp_path):
+    """Shape 10^8 over 16 bytes: the old reader crashed the process (SIGSEGV); now exit 1."""
+    import subprocess
+    import sys
+
+    path = _torch_zip(tmp_path / "huge.pt", np.ones(4, "<f4").tobytes(), (10**8,), (1,))
+    code = (
+        "import sys\n"
+        "from llamactl.converters.torch_pickle import load\n"
+        "from llamactl.core.errors import CheckpointError\n"
+        "try:\n    load(sys.argv[1])\n"
+        "except CheckpointError as exc:\n    print(exc); sys.exit(3)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 3, (done.returncode, done.stderr[-2000:])
+    assert "reaches element 99999999 of a storage of 4 elements" in done.stdout
+
+
+def test_a_kev_head_that_lies_about_its_shape_fails_the_conversion(tmp_path_factory, tmp_path):
+    """Through `llamactl convert`: a clear error naming head.pt, exit 1, nothing written."""
+    from typer.testing import CliRunner
+
+    from llamactl.cli.main import app
+
+    src = tmp_path / "kev"
+    shutil.copytree(cached(tmp_path_factory, "kev"), src)
+    _torch_zip(src / "head.pt", np.ones(4, "<f4").tobytes(), (8, 64), (64, 1))
+    out = tmp_path / "out" / "kev.gguf"
+    out.parent.mkdir()
+    base = cached(tmp_path_factory, "qwen35-base")
+    result = CliRunner().invoke(app, ["convert", str(src), "-o", str(out), "--base", str(base)])
+    assert result.exit_code == 1, result.output
+    assert "head.pt: a tensor of shape (8, 64)" in result.output
+    assert "corrupt or hostile" in result.output
+    assert list(out.parent.iterdir()) == []
 
 
 # --------------------------------------------------------------------- planning
