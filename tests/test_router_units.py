@@ -176,7 +176,7 @@ def test_models_dir_pairs_projectors_as_llama_server_does(tmp_path: Path) -> Non
     # the projector reaches the child as the preset's `mmproj` does: a flag, not a variable
     env = child_env(hermetic_settings({}), gemma, "s", base={})
     assert not any("MMPROJ" in k for k in env)
-    argv = child_argv(gemma, 4242)
+    argv = child_argv(gemma, 4242, listen_fd=7)
     assert argv[argv.index("--mmproj") + 1] == str(models / "gemma" / "mmproj-F16.gguf")
     # a chat model reads what its projector encodes (the child serves it with --mmproj)
     assert gemma.input_modalities == ["text", "image", "audio"]
@@ -237,11 +237,13 @@ def test_child_runs_with_its_own_secret_from_the_routers_settings(tmp_path: Path
     assert env["LLAMACTL_TEMPERATURE"] == "0.5" and env["LLAMACTL_KV_UNIFIED"] == "false"
     assert not any("MMPROJ" in k for k in env)
     assert "LLAMACTL_MODELS_PRESET" not in env and "LLAMACTL_PORT" not in env
-    argv = child_argv(spec, 4242, ("py", "-m", "llamactl"))
+    argv = child_argv(spec, 4242, ("py", "-m", "llamactl"), listen_fd=7)
     assert argv[:4] == ["py", "-m", "llamactl", "serve"]
     assert argv[argv.index("--host") + 1] == "127.0.0.1" and "--api-key" not in argv
     assert not any(secret in a for a in argv)
     assert argv[argv.index("--alias") + 1] == "a" and argv[argv.index("--port") + 1] == "4242"
+    # it serves on the socket the router bound, inherited as descriptor 7: it binds nothing
+    assert argv[argv.index("--listen-fd") + 1] == "7"
     assert argv[argv.index("--mmproj") + 1] == "p.gguf"
 
 

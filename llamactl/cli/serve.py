@@ -109,6 +109,15 @@ def serve_command(
             " the model does.",
         ),
     ] = True,
+    listen_fd: Annotated[
+        int | None,
+        typer.Option(
+            "--listen-fd",
+            help="A router's child only: serve on this inherited listening socket, bound by"
+            " the router, and prove the API key to it (docs/router.md).",
+            hidden=True,
+        ),
+    ] = None,
 ) -> None:
     """Serve the model over HTTP: OpenAI chat completions, completions, Responses and the
     Realtime websocket, Anthropic Messages, /tts and /v1/systemone, batched across --parallel
@@ -132,6 +141,8 @@ def serve_command(
     check_rpc(settings)
     print_note(gpu_note(settings))
     if models_dir is not None or settings.models_preset is not None:
+        if listen_fd is not None:
+            raise typer.BadParameter("a router's child serves one model", param_hint="--listen-fd")
         _serve_router(settings, models_dir is not None, logs)
         return
     from llamactl import InvalidRequestError, parse_spec_types
@@ -147,7 +158,9 @@ def serve_command(
         )
     resolved = resolve_model(settings)
     _check_lora(settings, resolved.path)  # llama-server exits on a bad adapter too
-    settings.resolved_api_keys()  # a missing key file is an error now, not at the first request
+    keys = settings.resolved_api_keys()  # a missing key file is an error now, not later
+    if listen_fd is not None and not keys:
+        raise typer.BadParameter("a router's child needs its API key", param_hint="--listen-fd")
     chat_template(settings)  # so is a missing template file (llama-server exits on both)
     chat_template_kwargs(settings)  # and kwargs that are not a JSON object
     if settings.media_path is not None and not settings.media_path.is_dir():
@@ -166,7 +179,19 @@ def serve_command(
         f"[cyan]{_urls(settings)}[/] "
         f"({settings.parallel} slots{', API keys required' if app.state.llamactl.api_keys else ''})"
     )
-    _run(app, settings, logs)
+    _run(app, settings, logs, child_of_router=_child_socket(listen_fd, keys))
+
+
+def _child_socket(listen_fd: int | None, keys: list[str]) -> tuple[Any, str] | None:
+    """A router's child: the listening socket it inherited, and the key it proves it holds."""
+    if listen_fd is None:
+        return None
+    from llamactl.server.router.listener import adopt_listener
+
+    try:
+        return adopt_listener(listen_fd), keys[0]
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--listen-fd") from None
 
 
 @dataclass(frozen=True)
@@ -220,11 +245,14 @@ def _serve_router(settings, scan_dir: bool, logs: LogOptions) -> None:
     _run(app, settings, logs)
 
 
-def _run(app, settings, logs: LogOptions) -> None:
+def _run(app, settings, logs: LogOptions, child_of_router: tuple[Any, str] | None = None) -> None:
     """`uvicorn.run`, with a graceful stop: the first SIGTERM/SIGINT stops taking requests and
     ends the queued ones, running generations get `--shutdown-grace` seconds to finish, then
     the rest end with a final error event (never a cut connection or a CancelledError
-    traceback); a second signal ends them at once. The exit code is 0."""
+    traceback); a second signal ends them at once. The exit code is 0.
+
+    `child_of_router` (a router's child): serve on the socket the router bound and answer
+    its challenge with the key (server/router/proof.py), instead of binding an address."""
     import asyncio
     import contextlib
     import time
@@ -275,7 +303,14 @@ def _run(app, settings, logs: LogOptions) -> None:
     sockets = (
         bind_sockets(settings.host, settings.port) if needs_own_sockets(settings.host) else None
     )
-    config = uvicorn.Config(app, **options)
+    served = app
+    if child_of_router is not None:
+        from llamactl.server.router.proof import ChildProofApp
+
+        listener, key = child_of_router
+        sockets = [listener]
+        served = ChildProofApp(app, key, listener.getsockname()[1])
+    config = uvicorn.Config(served, **options)
     server = Server(config)
     if hasattr(state, "on_load_failure"):  # one model (a router's children fail on their own)
         state.on_load_failure = lambda _error: setattr(server, "should_exit", True)

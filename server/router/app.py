@@ -6,19 +6,21 @@ from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from starlette.routing import Route, WebSocketRoute
 
 from llamactl.config import Settings
 
 from .. import precheck
-from ..errors import install_handlers
+from ..errors import APIError, install_handlers
 from ..middleware import install_middleware
 from . import routes
 from .catalog import ModelSpec, build_catalog
-from .child import ChildProcess, free_port
+from .child import ChildProcess
 from .command import DEFAULT_LAUNCHER, child_argv, child_env, new_secret
+from .listener import ChildListener
 from .manager import ModelManager
+from .proof import PROOF_PATH
 from .proxy import HttpProxy
 from .state import RouterState
 from .wsproxy import WebSocketProxy
@@ -39,10 +41,15 @@ def create_router_app(
     catalog = build_catalog(settings, models_dir)
 
     def make_child(spec: ModelSpec) -> ChildProcess:
-        port = free_port()
-        argv = child_argv(spec, port, tuple(launcher))
         secret = new_secret()  # a new one for every process, restarts included
-        return ChildProcess(spec.name, argv, child_env(settings, spec, secret), port, secret)
+        env = child_env(settings, spec, secret)
+        listener = ChildListener()  # bound and listening before the child exists
+        try:
+            argv = child_argv(spec, listener.port, tuple(launcher), listen_fd=listener.fd)
+        except BaseException:
+            listener.retire()
+            raise
+        return ChildProcess(spec.name, argv, env, listener, secret)
 
     manager = ModelManager(
         catalog,
@@ -74,8 +81,14 @@ def create_router_app(
     app.state.llamactl = state
     install_handlers(app)
     app.include_router(routes.router)
+    # A child's proof is the router's to ask for: it is not forwarded from clients.
+    app.router.routes.append(Route(PROOF_PATH, _not_forwarded, include_in_schema=False))
     # Everything else goes to the child of the model the request names.
     app.router.routes.append(Route("/{path:path}", http_proxy, include_in_schema=False))
     app.router.routes.append(WebSocketRoute("/{path:path}", ws_proxy))
     install_middleware(app, state)
     return app
+
+
+async def _not_forwarded(request: Request) -> None:
+    raise APIError(404, f"{PROOF_PATH} is answered by the router's children, to the router only")

@@ -11,7 +11,6 @@ import contextlib
 import ctypes
 import logging
 import signal
-import socket
 import sys
 import time
 from collections import deque
@@ -21,16 +20,12 @@ import httpx
 
 from llamactl import ChildFailedError
 
+from .listener import ChildListener
+from .proof import check_child
+
 log = logging.getLogger("llamactl.router")
 
 _PR_SET_PDEATHSIG = 1
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on now (the child binds it a moment later)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
@@ -45,7 +40,9 @@ _LIBC = ctypes.CDLL(None) if sys.platform == "linux" else None
 
 
 class ChildProcess:
-    """A model server on 127.0.0.1:`port`; `start()` returns once its /health answers 200.
+    """A model server on `listener` (127.0.0.1:`port`, bound by the router and inherited by
+    the child: see `listener.py`); `start()` returns once its /health answers 200 and it has
+    proved that it knows `secret`.
 
     `secret` is the API key the child requires (it reaches the child in `env`, never in its
     command line): only the router knows it, so nothing else on the machine can use the
@@ -53,19 +50,26 @@ class ChildProcess:
     """
 
     def __init__(
-        self, name: str, argv: Sequence[str], env: Mapping[str, str], port: int, secret: str
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        listener: ChildListener,
+        secret: str,
     ) -> None:
         self.name = name
         self.argv = list(argv)
         self.env = dict(env)
-        self.port = port
+        self.listener = listener
+        self.port = listener.port
         self.secret = secret
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"http://127.0.0.1:{self.port}"
         self.proc: asyncio.subprocess.Process | None = None
         self.output: deque[str] = deque(maxlen=40)
         self.stopping = False
         self.started_at: float | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._retirer: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"<ChildProcess {self.name!r} port={self.port} pid={self.pid}>"
@@ -79,18 +83,21 @@ class ChildProcess:
         return self.proc is not None and self.proc.returncode is None
 
     async def start(self, client: httpx.AsyncClient, timeout: float) -> None:
-        """Spawn and wait until healthy; ChildFailedError (with the child's own words) otherwise."""
+        """Spawn, wait until healthy, check its proof; ChildFailedError (with the child's own
+        words where it has some) otherwise."""
         self.proc = await asyncio.create_subprocess_exec(
             *self.argv,
             env=self.env,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
+            pass_fds=(self.listener.fd,),  # the same descriptor number in the child
             start_new_session=True,  # Ctrl-C reaches the router, which stops children in order
             preexec_fn=_die_with_parent if _LIBC is not None else None,
         )
         self.started_at = time.monotonic()
         self._reader = asyncio.create_task(self._read_output())
+        self._retirer = asyncio.create_task(self._retire_on_exit(self.proc))
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.returncode is not None:
@@ -99,6 +106,7 @@ class ChildProcess:
             with contextlib.suppress(httpx.HTTPError):
                 resp = await client.get(self.url + "/health", timeout=2)
                 if resp.status_code == 200:
+                    await check_child(client, self.url, self.secret, self.port)
                     return
                 message = _error_message(resp)
                 if message and message != "Loading model":
@@ -110,13 +118,21 @@ class ChildProcess:
     async def wait(self) -> int:
         assert self.proc is not None
         code = await self.proc.wait()
+        self.listener.retire()
         await self._drain()
         return code
+
+    async def _retire_on_exit(self, proc: asyncio.subprocess.Process) -> None:
+        """The moment the child is seen to exit, the router lets go of its port (after taking
+        the connections the child never accepted off its queue)."""
+        await proc.wait()
+        self.listener.retire()
 
     async def stop(self, grace: float = 10.0) -> None:
         """SIGTERM (the child ends its streams and exits), then SIGKILL after `grace` s."""
         self.stopping = True
         if self.proc is None:
+            self.listener.retire()
             return
         if self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
@@ -128,6 +144,7 @@ class ChildProcess:
                 with contextlib.suppress(ProcessLookupError):
                     self.proc.kill()
                 await self.proc.wait()
+        self.listener.retire()
         await self._drain()
 
     def rss_bytes(self) -> int | None:

@@ -68,9 +68,15 @@ def child_env(
 
 
 def child_argv(
-    spec: ModelSpec, port: int, launcher: tuple[str, ...] = DEFAULT_LAUNCHER
+    spec: ModelSpec,
+    port: int,
+    launcher: tuple[str, ...] = DEFAULT_LAUNCHER,
+    *,
+    listen_fd: int,
 ) -> list[str]:
-    """`llamactl serve` for one model on a loopback port, reporting the model's router name."""
+    """`llamactl serve` for one model, reporting the model's router name, serving on the
+    listening socket it inherits as `listen_fd` (bound by the router to 127.0.0.1:`port`:
+    the child binds nothing, so no other process can take its port first)."""
     if spec.path is None:
         raise ValueError(f"model {spec.name!r} has no file")
     flags = [
@@ -87,6 +93,8 @@ def child_argv(
         CHILD_HOST,
         "--port",
         str(port),
+        "--listen-fd",
+        str(listen_fd),
         "--log-level",
         "warning",
         *flags,

@@ -10,9 +10,11 @@ server on loopback, so only what it sends has to be understood.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from llamactl import UpstreamConnectError, UpstreamError
 
@@ -24,11 +26,21 @@ _NO_BODY = {204, 304}
 MAX_IDLE_SECONDS = 2.0
 
 
+class ChildSocket(Protocol):
+    """Where a child listens (`listener.ChildListener`): connections are made only while
+    the router holds the port, and it knows which ones the child never accepted."""
+
+    async def connect(self) -> socket.socket: ...
+
+    def never_reached(self, local_port: int) -> bool: ...
+
+
 @dataclass
 class _Conn:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     idle_since: float = 0.0  # monotonic time it was given back to the pool
+    local_port: int = 0  # the router's end
 
     def close(self) -> None:
         self.writer.close()
@@ -147,12 +159,19 @@ async def _dechunk(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
 
 
 class Pool:
-    """Idle keep-alive connections to one child."""
+    """Idle keep-alive connections to one child.
 
-    def __init__(self, host: str, port: int, *, keep: int = 16) -> None:
+    With `child` (the router's pools), connections are made through the child's listener:
+    only while the router holds its port, so a request can never reach a process that bound
+    the port after the child died. Without it (a plain server), to `host`:`port`."""
+
+    def __init__(
+        self, host: str, port: int, *, keep: int = 16, child: ChildSocket | None = None
+    ) -> None:
         self.host = host
         self.port = port
         self.keep = keep
+        self.child = child
         self._idle: list[_Conn] = []
 
     def put(self, conn: _Conn) -> None:
@@ -168,10 +187,21 @@ class Pool:
 
     async def _connect(self) -> _Conn:
         try:
-            reader, writer = await asyncio.open_connection(self.host, self.port, limit=_MAX_HEAD)
+            if self.child is None:
+                reader, writer = await asyncio.open_connection(
+                    self.host, self.port, limit=_MAX_HEAD
+                )
+            else:
+                sock = await self.child.connect()
+                try:
+                    reader, writer = await asyncio.open_connection(sock=sock, limit=_MAX_HEAD)
+                except BaseException:
+                    sock.close()
+                    raise
         except OSError as e:
             raise UpstreamConnectError(str(e) or type(e).__name__) from e
-        return _Conn(reader, writer)
+        sockname = writer.get_extra_info("sockname")
+        return _Conn(reader, writer, local_port=sockname[1] if sockname else 0)
 
     async def request(
         self, method: str, target: str, headers: Sequence[tuple[bytes, bytes]], body: bytes
@@ -188,9 +218,19 @@ class Pool:
         if body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
             head.append(b"content-length: %d\r\n" % len(body))
         data = b"".join(head) + b"\r\n" + body
-        conn = await self._idle_conn() or await self._connect()
+        conn = await self._idle_conn()
+        fresh = conn is None
+        if conn is None:
+            conn = await self._connect()
         try:
             return await self._exchange(conn, method, data)
+        except UpstreamError as e:
+            conn.close()
+            if fresh and self.child is not None and self.child.never_reached(conn.local_port):
+                # the child died with this connection still in its queue: the router took it
+                # off and closed it, so not a byte of the request was read
+                raise UpstreamConnectError("the child exited before it took the request") from e
+            raise
         except BaseException:
             conn.close()
             raise
@@ -245,10 +285,15 @@ class Upstreams:
     def __init__(self) -> None:
         self._pools: dict[int, Pool] = {}
 
-    def pool(self, port: int) -> Pool:
+    def pool(self, port: int, child: ChildSocket) -> Pool:
+        """The pool of the child listening through `child` on `port` (a pool left by an
+        earlier child on the same port is dropped)."""
         pool = self._pools.get(port)
+        if pool is not None and pool.child is not child:
+            self.forget(port)
+            pool = None
         if pool is None:
-            pool = self._pools[port] = Pool("127.0.0.1", port)
+            pool = self._pools[port] = Pool("127.0.0.1", port, child=child)
         return pool
 
     def forget(self, port: int) -> None:

@@ -17,6 +17,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.typing import Subprotocol
 
+from llamactl import UpstreamConnectError
+
 from ..errors import APIError, error_body
 from ..middleware import Receive, Scope, Send
 from .manager import ModelManager
@@ -93,8 +95,16 @@ class WebSocketProxy:
             ]
             protocols = [Subprotocol(p) for p in scope.get("subprotocols", ())] or None
             try:
+                # through the child's listener: only while the router holds its port
+                sock = await child.listener.connect()
+            except UpstreamConnectError as e:
+                message = f"model '{state.spec.name}' is unavailable: {e}"
+                await deny_error(scope, send, APIError(503, message))
+                return
+            try:
                 upstream = await connect(
                     url,
+                    sock=sock,
                     additional_headers=headers,
                     subprotocols=protocols,
                     proxy=None,
@@ -111,9 +121,13 @@ class WebSocketProxy:
                 await deny(scope, send, resp.status_code, bytes(resp.body or b""), ctype)
                 return
             except (OSError, InvalidHandshake, TimeoutError) as e:
+                sock.close()
                 message = f"model '{state.spec.name}' refused the websocket: {e}"
                 await deny_error(scope, send, APIError(500, message))
                 return
+            except BaseException:
+                sock.close()
+                raise
             async with upstream:
                 # the request id, as every HTTP answer carries it (the child logged this one)
                 request_id = scope.get("state", {}).get("request_id", "")
