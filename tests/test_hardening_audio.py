@@ -526,3 +526,119 @@ def test_voice_names_resolve_only_listed_names():
     for bad in ("gmw/en", "en-us+../f3", "en-us+", "../../etc/passwd", "x" * 65, "en-us+f3+f3"):
         with pytest.raises(Exception, match="Field 'voice'"):
             names.resolve(bad)
+
+
+# ---------------------------------------------------------------- uploads are audio, nothing else
+# Issue 31 row 1: FFmpeg's probing took any container, so a 44-byte `ffconcat` playlist made the
+# server open and transcribe a file of its own disk (and a FIFO it named hung the workers).
+
+
+def _container(fmt: str, codec: str, seconds: float = 1.0, rate: int = 16000) -> bytes:
+    """A tone in `fmt`/`codec`, written with PyAV (what a client's recorder would send)."""
+    import av
+
+    out = io.BytesIO()
+    with av.open(out, "w", format=fmt) as container:
+        stream = container.add_stream(codec, rate=rate)
+        stream.layout = "mono"
+        t = np.arange(int(seconds * rate)) / rate
+        pcm = (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32).reshape(1, -1)
+        frame = av.AudioFrame.from_ndarray(pcm, format="flt", layout="mono")
+        frame.sample_rate = rate
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            container.mux(packet)
+    return out.getvalue()
+
+
+@pytest.fixture
+def server_secrets(tmp_path, monkeypatch):
+    """The server's working directory holds a private recording and a FIFO."""
+    private = tmp_path / "private"
+    private.mkdir()
+    pcm, rate = speech(SENTENCES[3])
+    (private / "memo.wav").write_bytes(wav_bytes(pcm, rate))
+    (private / "memo.wav").chmod(0o600)
+    os.mkfifo(private / "pipe")
+    monkeypatch.chdir(tmp_path)
+    return private
+
+
+PLAYLISTS = {
+    "ffconcat, relative": b"ffconcat version 1.0\nfile private/memo.wav\n",
+    "ffconcat, absolute": b"ffconcat version 1.0\nfile {abs}/memo.wav\n",
+    "ffconcat, a FIFO": b"ffconcat version 1.0\nfile private/pipe\n",
+    "HLS": b"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:10,\nprivate/memo.wav\n#EXT-X-ENDLIST\n",
+    "SDP": b"v=0\no=- 0 0 IN IP4 127.0.0.1\ns=x\nc=IN IP4 127.0.0.1\nm=audio 9 RTP/AVP 0\n",
+    "image2 pattern": b"private/memo.wav",
+    "a PNG": b"\x89PNG\r\n\x1a\n" + bytes(40),
+}
+
+
+@pytest.mark.parametrize("name", list(PLAYLISTS))
+def test_playlists_and_other_non_audio_uploads_read_no_file(live, server_secrets, name):
+    data = PLAYLISTS[name].replace(b"{abs}", str(server_secrets).encode())
+    t0 = time.monotonic()
+    message = _openai_error(_transcribe(live, data, "memo.mp3"))["message"]
+    assert time.monotonic() - t0 < 60  # a FIFO opened for reading would block forever
+    assert "not audio llamactl reads" in message
+    assert "private" not in message and "memo" not in message  # nothing about the disk
+    _healthy(live)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "codec", "rate"),
+    [
+        ("flac", "flac", 16000),
+        ("ogg", "libopus", 48000),
+        ("mp3", "libmp3lame", 16000),
+        ("webm", "libopus", 48000),
+        ("ipod", "aac", 16000),  # .m4a
+        ("mp4", "aac", 16000),
+        ("wav", "pcm_f32le", 16000),  # a WAV codec `wave` does not read: through PyAV
+    ],
+)
+def test_every_allowed_container_still_decodes(fmt, codec, rate):
+    from llamactl.engine.audio.decode import read_audio
+
+    pcm, got = read_audio(_container(fmt, codec, 1.0, rate), max_seconds=10, rate=16000)
+    assert got == 16000 and abs(pcm.size - 16000) < 2000 and np.abs(pcm).max() > 0.1
+
+
+def test_a_file_that_is_not_audio_is_a_plain_message(live):
+    r = _transcribe(live, b"just some text, not a recording at all\n", "a.txt")
+    message = _openai_error(r)["message"]
+    assert message.startswith("the file is not audio llamactl reads (WAV, FLAC")
+    assert "Errno" not in message
+
+
+def test_a_flac_bomb_is_refused_from_its_header(live):
+    """Issue 31 row 10: 1 h of 48 kHz silence is ~490 KB of FLAC; it decoded to over 1 GB.
+    The header states the length, and the file's size cannot pay for it: a 400 before any
+    frame is decoded."""
+    hour = encode(np.zeros(3600 * 48000, np.int16), 48000, "flac")
+    assert len(hour) < 1_000_000
+    t0 = time.monotonic()
+    message = _openai_error(_transcribe(live, hour, "hour.flac"))["message"]
+    assert "kbps" in message and "3600 s" in message
+    assert time.monotonic() - t0 < 30  # decoding it took minutes on two cores
+    _healthy(live)
+
+
+def test_the_size_bound_lets_real_compressed_speech_through():
+    """Two minutes of Opus at its lowest bitrate is far above the 2 kbps floor."""
+    from llamactl.engine.audio.decode import AudioBound
+
+    bound = AudioBound(max_seconds=3600, size=120 * 750)  # 6 kbps for 120 s
+    bound.check(120.0)
+    with pytest.raises(Exception, match="kbps"):
+        AudioBound(max_seconds=3600, size=10_000).check(120.0)
+    AudioBound(max_seconds=3600, size=100).check(59.0)  # a short clip costs nothing
+
+
+def test_the_cli_refuses_a_fifo_without_blocking(tmp_path):
+    from llamactl.core.errors import AudioDecodeError
+    from llamactl.engine.audio.decode import read_audio
+
+    os.mkfifo(tmp_path / "pipe.wav")
+    with pytest.raises(AudioDecodeError, match="not a regular file"):
+        read_audio(tmp_path / "pipe.wav")
