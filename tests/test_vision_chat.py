@@ -376,7 +376,9 @@ def test_openai_chat_with_an_image(vision_server):
         ("file://pics/missing.png", "does not exist"),
         ("data:text/html;base64,aGVsbG8=", "Invalid uri format"),
         ("malformed", "Invalid base64"),
-        (data_url(b"GIF89a but not really"), "could not be decoded"),
+        (data_url(b"GIF89a\x10\x00\x10\x00 but not really"), "could not be decoded"),
+        (data_url(b"RIFF\x00\x00\x00\x00WEBPVP8 "), "not in a format llamactl reads"),
+        (data_url(b"\x89PNG\r\n\x1a\n"), "truncated before its size"),
     ],
 )
 def test_bad_images_are_400(vision_server, url, message):
@@ -470,3 +472,94 @@ def test_responses_input_image(vision_server):
     body["input"][0]["content"] = body["input"][0]["content"][:1]
     plain = post(vision_server, "/v1/responses", body)
     assert resp.json()["usage"]["input_tokens"] > plain.json()["usage"]["input_tokens"] + 16
+
+
+# ------------------------------------------------- images are sized from their headers (issue 31)
+
+
+def png_bomb(side: int) -> bytes:
+    """A valid one-colour PNG of side x side pixels, compressed row by row: ~780 KB for 18,000
+    (it decodes to ~1 GB, which the old server did, seven seconds a copy)."""
+    row = b"\x00" + bytes(3 * side)
+    packer = zlib.compressobj(9)
+    body = b"".join(packer.compress(row) for _ in range(side)) + packer.flush()
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    header = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
+    )
+
+
+@pytest.fixture(scope="module")
+def bomb() -> bytes:
+    return png_bomb(18000)
+
+
+def test_an_image_over_the_pixel_budget_is_refused_before_decoding(vision_server, bomb):
+    assert len(bomb) < 1_500_000
+    resp = post(vision_server, "/v1/chat/completions", chat_body(image_part(data_url(bomb))))
+    assert resp.status_code == 400, resp.text
+    message = resp.json()["error"]["message"]
+    assert "18000 x 18000" in message and "--max-media-pixels" in message
+    # three in one request: refused at the first, nothing of the others decoded
+    three = chat_body(*[image_part(data_url(bomb))] * 3)
+    resp = post(vision_server, "/v1/chat/completions", three)
+    assert resp.status_code == 400 and "content.1.image_url" in resp.json()["error"]["message"]
+    assert post(vision_server, "/v1/chat/completions", chat_body()).status_code == 200
+
+
+def test_the_pixel_budget_is_per_request(vision_server, monkeypatch):
+    monkeypatch.setattr(vision_server.state.settings, "max_media_pixels", 64 * 48 * 2)
+    two = chat_body(image_part(data_url(IMG1)), image_part(data_url(IMG2)))
+    assert post(vision_server, "/v1/chat/completions", two).status_code == 200
+    three = chat_body(*[image_part(data_url(IMG1))] * 3)
+    resp = post(vision_server, "/v1/chat/completions", three)
+    assert resp.status_code == 400 and "content.3.image_url" in resp.json()["error"]["message"]
+
+
+def test_media_per_request_are_capped(vision_server):
+    many = chat_body(*[image_part(data_url(IMG1))] * 17)
+    resp = post(vision_server, "/v1/chat/completions", many)
+    assert resp.status_code == 400
+    message = resp.json()["error"]["message"]
+    assert "more than 16 images or audio clips" in message and "--max-media" in message
+
+
+def test_anthropic_and_responses_images_meet_the_same_budget(vision_server, bomb):
+    resp = post(vision_server, "/v1/messages", anthropic_body(bomb))
+    assert resp.status_code == 400
+    body = resp.json()
+    assert body["type"] == "error" and "--max-media-pixels" in body["error"]["message"]
+    item = {"type": "input_image", "image_url": data_url(bomb)}
+    responses = {
+        "model": "m",
+        "input": [{"role": "user", "content": [item]}],
+        "max_output_tokens": 2,
+    }
+    resp = post(vision_server, "/v1/responses", responses)
+    assert resp.status_code == 400 and "--max-media-pixels" in resp.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("data", "size"),
+    [
+        (png_bomb(3), (3, 3)),
+        (
+            b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00"
+            b"\xff\xc0\x00\x11\x08\x01\xe0\x02\x80\x03",
+            (640, 480),
+        ),
+        (b"GIF89a\x20\x00\x10\x00", (32, 16)),
+        (b"BM" + bytes(12) + struct.pack("<Iii", 40, 7, -5), (7, 5)),
+        (b"BM" + bytes(12) + struct.pack("<IHH", 12, 9, 4) + bytes(4), (9, 4)),
+    ],
+)
+def test_image_headers_are_read_without_decoding(data, size):
+    from llamactl.engine.image_header import read_image_header
+
+    header = read_image_header(data)
+    assert (header.width, header.height) == size

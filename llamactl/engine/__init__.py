@@ -25,6 +25,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     # chat
     "llamactl.engine.chat.model": ("ChatModel", "ChatRequest", "ChatStream", "RenderedChat"),
     "llamactl.engine.media_prompt": ("MediaInput", "UNSUPPORTED_MEDIA_MESSAGES"),
+    "llamactl.engine.image_header": ("IMAGE_FORMATS", "ImageHeader", "read_image_header"),
     # events
     "llamactl.engine.types": (
         "ChatEvent",
@@ -140,6 +141,7 @@ if TYPE_CHECKING:
     from llamactl.engine.grammar import json_grammar, json_schema_grammar
     from llamactl.engine.infill import FimTokens, infill_tokens
     from llamactl.engine.lora import check_lora_adapter
+    from llamactl.engine.image_header import IMAGE_FORMATS, ImageHeader, read_image_header
     from llamactl.engine.media_prompt import UNSUPPORTED_MEDIA_MESSAGES, MediaInput
     from llamactl.engine.model import Model
     from llamactl.engine.quantize import QUANT_TYPES, quantize_gguf
@@ -170,6 +172,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 __all__ = [
     "EAGERNESS",
     "EMBEDDED_ALIASES",
+    "IMAGE_FORMATS",
     "MEDIA_TYPES",
     "QUANT_TYPES",
     "UNSUPPORTED_MEDIA_MESSAGES",
@@ -198,6 +201,7 @@ __all__ = [
     "FinishReason",
     "GenerationRequest",
     "GenerationStream",
+    "ImageHeader",
     "MediaInput",
     "Model",
     "Partial",
@@ -245,6 +249,7 @@ __all__ = [
     "quantize_gguf",
     "semantic_turn",
     "read_audio",
+    "read_image_header",
     "rerank_template",
     "rerank_tokens",
     "resample",

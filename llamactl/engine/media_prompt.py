@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import threading
 import weakref
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -198,6 +199,19 @@ def tokenize_media(
         raise InvalidRequestError(
             f"the prompt's media markers ({markers}) do not match its {len(media)} media"
         )
+    with _DECODING:  # one request's decoded media in memory at a time
+        return _tokenize_media(projector, text, media, add_special)
+
+
+# Decoded images are 3 bytes a pixel and are held until mtmd has cut them into chunks: requests
+# decode one after another, so the peak is one request's media (bounded by the server's
+# --max-media-pixels), not that times the preparation workers.
+_DECODING = threading.Lock()
+
+
+def _tokenize_media(
+    projector: Projector, text: str, media: tuple[MediaInput, ...], add_special: bool
+) -> MediaPrompt:
     bitmaps: list[mtmd.mtmd_bitmap_p] = []
     keys: list[bytes] = []
     chunks = require(mtmd.mtmd_input_chunks_init(), "mtmd_input_chunks_init")
