@@ -10,11 +10,13 @@ replaced by the router's.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -273,6 +275,161 @@ def test_a_keyless_routers_children_still_need_their_secret(router: Router) -> N
     resp = httpx.get(f"http://127.0.0.1:{port}/v1/models")
     assert resp.status_code == 401
     assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200  # public, as ever
+
+
+# ----------------------------------------------------------------------------- squatters
+# A launcher standing for a local attacker: in "first" mode it tries to bind the port named in
+# the child's command line before the child does (what any process on the machine could do
+# in the old gap between the router choosing the port and the child binding it), and if it
+# can, answers on it as the attacker would; if it cannot, it runs the real child. In
+# "impostor" mode it is a server the router talks to that does not know the secret: on the
+# socket it inherited, or the port it was told. Both log every request they get.
+SQUATTER = r"""
+import errno, json, os, socket, sys
+
+argv = sys.argv[1:]
+report = os.environ["ROUTER_TEST_SQUAT_REPORT"]
+mode = os.environ["ROUTER_TEST_SQUAT_MODE"]
+port = int(argv[argv.index("--port") + 1])
+
+def log(entry):
+    with open(report, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")
+
+def try_bind(address, reuse):
+    sock = socket.socket()
+    if reuse:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((address, port))
+    except OSError as e:
+        sock.close()
+        return None, errno.errorcode.get(e.errno, str(e.errno))
+    return sock, "bound"
+
+def forge(sock):
+    sock.listen(16)
+    while True:
+        conn, _ = sock.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data and (chunk := conn.recv(65536)):
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            headers = {}
+            for line in lines[1:]:
+                key, _, value = line.partition(":")
+                headers[key.strip().lower()] = value.strip()
+            while len(body) < int(headers.get("content-length") or 0):
+                body += conn.recv(65536)
+            log({"request": lines[0], "headers": headers, "body": body.decode("utf-8", "replace")})
+            answer = json.dumps({
+                "status": "ok", "proof": "0" * 64, "id": "forged", "object": "chat.completion",
+                "model": "small", "created": 0,
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": "FORGED"}}],
+            }).encode()
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                b"content-length: %d\r\n\r\n" % len(answer) + answer
+            )
+
+if mode == "first":
+    wildcard, wildcard_result = try_bind("0.0.0.0", True)
+    if wildcard is not None:
+        wildcard.close()
+    sock, result = try_bind("127.0.0.1", True)
+    log({"bind": {"0.0.0.0": wildcard_result, "127.0.0.1": result}})
+    if sock is not None:
+        forge(sock)
+    os.execv(sys.executable, [sys.executable, "-m", "llamactl", *argv])
+elif "--listen-fd" in argv:
+    forge(socket.socket(fileno=int(argv[argv.index("--listen-fd") + 1])))
+else:
+    sock, result = try_bind("127.0.0.1", True)
+    forge(sock)
+"""
+SQUATTER_LAUNCHER = (sys.executable, "-c", SQUATTER)
+
+
+def squat_report(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_a_childs_port_is_held_before_the_child_starts_so_no_squatter_can_take_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Old code: the port was free until the child bound it; a process that bound it first
+    got the prompt and the child's secret, and its answer reached the client as a 200."""
+    report = tmp_path / "squat.jsonl"
+    monkeypatch.setenv("ROUTER_TEST_SQUAT_REPORT", str(report))
+    monkeypatch.setenv("ROUTER_TEST_SQUAT_MODE", "first")
+    with run_router(tmp_path, launcher=SQUATTER_LAUNCHER) as router:
+        resp = router.chat("small")
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["choices"][0]["message"]["content"] != "FORGED"
+        pid = pid_of(router, "small")
+        port = router.models()["small"]["runtime"]["port"]
+        # bound and listening by the router before its child ran a line of code: taken for
+        # the wildcard address and the loopback one alike, SO_REUSEADDR or not
+        (entry,) = squat_report(report)
+        assert entry == {"bind": {"0.0.0.0": "EADDRINUSE", "127.0.0.1": "EADDRINUSE"}}
+        # the child serves on the socket it inherited: it bound no port of its own
+        with socket.socket() as probe:
+            with pytest.raises(OSError) as err:
+                probe.bind(("127.0.0.1", port))
+            assert err.value.errno == errno.EADDRINUSE
+        assert "--listen-fd" in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    assert not any("request" in e for e in squat_report(report))
+
+
+def test_the_router_refuses_a_child_that_cannot_prove_its_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server on the child's socket that answers /health but does not know the secret is
+    never sent the secret or a prompt: the load fails with the reason. Old code: it got both,
+    and its forged answer went back to the client as a 200."""
+    report = tmp_path / "impostor.jsonl"
+    monkeypatch.setenv("ROUTER_TEST_SQUAT_REPORT", str(report))
+    monkeypatch.setenv("ROUTER_TEST_SQUAT_MODE", "impostor")
+    with run_router(tmp_path, launcher=SQUATTER_LAUNCHER) as router:
+        resp = router.chat("small", messages=[{"role": "user", "content": "my private prompt"}])
+        assert resp.status_code == 500, resp.text
+        message = resp.json()["error"]["message"]
+        assert message.startswith("model 'small' failed to load: the server on port ")
+        assert "did not prove it is this router's child (a wrong answer)" in message
+        entry = router.models()["small"]
+        assert entry["status"]["value"] == "failed" and "runtime" not in entry
+    seen = squat_report(report)
+    assert [e["request"].split(" ")[:2] for e in seen] == [
+        ["GET", "/health"],
+        ["GET", "/.llamactl/child-proof"],
+    ]
+    for e in seen:  # no credential, no body: only the health check and the challenge
+        assert not {"authorization", "x-api-key"} & set(e["headers"]) and e["body"] == ""
+    assert "private" not in report.read_text(encoding="utf-8")
+
+
+def test_a_real_child_proves_its_secret_and_clients_cannot_ask_for_the_proof(
+    router: Router,
+) -> None:
+    from llamactl.server.router.proof import PROOF_PATH, proof
+
+    assert router.chat("small").status_code == 200
+    port = router.models()["small"]["runtime"]["port"]
+    nonce = "ab" * 32
+    child = f"http://127.0.0.1:{port}{PROOF_PATH}"
+    resp = httpx.get(child, headers={"X-Llamactl-Challenge": nonce})
+    assert resp.json() == {"proof": proof(secret_of(router, "small"), port, nonce)}
+    assert httpx.get(child).status_code == 400  # no challenge
+    # the router does not forward the path: clients get no oracle through it
+    resp = httpx.get(
+        router.url + PROOF_PATH + "?model=small", headers={"X-Llamactl-Challenge": nonce}
+    )
+    assert resp.status_code == 404 and "proof" not in resp.json()
 
 
 # ----------------------------------------------------------------------------- large bodies

@@ -145,12 +145,16 @@ class Router:
 
 @contextlib.contextmanager
 def run_router(
-    tmp: Path, preset_extra: str = "", models_dir: Path | None = None, **overrides: Any
+    tmp: Path,
+    preset_extra: str = "",
+    models_dir: Path | None = None,
+    launcher: tuple[str, ...] = LAUNCHER,
+    **overrides: Any,
 ) -> Iterator[Router]:
     overrides.setdefault("threads", 1)
     overrides["models_preset"] = str(write_preset(tmp, preset_extra))
     settings = hermetic_settings(overrides)
-    app = create_router_app(settings, models_dir=models_dir, launcher=LAUNCHER, load_timeout=60)
+    app = create_router_app(settings, models_dir=models_dir, launcher=launcher, load_timeout=60)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -4,8 +4,10 @@ environment and how a request names its model."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from llamactl.server.precheck import PRECHECK_BYTES
 from llamactl.server.router import upstream
 from llamactl.server.router.catalog import build_catalog
 from llamactl.server.router.command import child_argv, child_env, new_secret
+from llamactl.server.router.listener import ChildListener, adopt_listener
 from llamactl.server.router.preset import read_preset
 from llamactl.server.router.proxy import (
     downstream_headers,
@@ -406,6 +409,79 @@ def test_upstream_reads_chunked_and_sized_bodies_and_skips_stale_connections() -
             await Pool("127.0.0.1", free_port()).request("GET", "/", [], b"")
 
     asyncio.run(main())
+
+
+def test_a_childs_listener_holds_its_port_until_it_has_drained_the_dead_childs_queue() -> None:
+    """The router binds and listens before the child exists, so no squatter can bind the
+    port; once the child died, the requests it never accepted are known to have reached no
+    one (safe to send again), and after the port is let go nothing connects to it again."""
+
+    async def main() -> None:
+        listener = ChildListener()
+        port = listener.port
+        for address, reuse in (("127.0.0.1", False), ("127.0.0.1", True), ("0.0.0.0", True)):
+            with socket.socket() as squatter:
+                if reuse:
+                    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                with pytest.raises(OSError) as err:
+                    squatter.bind((address, port))
+                assert err.value.errno == errno.EADDRINUSE, address
+        # a live child: the inherited descriptor (a copy of the router's, as pass_fds makes)
+        seen: list[bytes] = []
+
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            seen.append(await reader.readuntil(b"\r\n\r\n"))
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+            await reader.read()  # the router closes first (no TIME_WAIT on the child's port)
+            writer.close()
+
+        child = await asyncio.start_server(answer, sock=socket.socket(fileno=os.dup(listener.fd)))
+        pool = Pool("127.0.0.1", port, child=listener)
+        resp = await pool.request("GET", "/a", [], b"")
+        assert resp.status == 200 and b"".join([c async for c in resp.body()]) == b"ok"
+        resp.close()
+        pool.close()
+        await asyncio.sleep(0.1)
+        child.close()  # the child is gone; the router still holds the port
+        await child.wait_closed()
+        pending = asyncio.create_task(pool.request("POST", "/b", [], b"{}"))
+        await asyncio.sleep(0.2)  # connected and written: queued, unread
+        assert not pending.done()
+        listener.retire()  # the router saw the exit
+        with pytest.raises(UpstreamConnectError, match="before it took the request"):
+            await pending
+        assert len(seen) == 1
+        # the port is free now: a process that binds it gets no connection from the router
+        with socket.socket() as squatter:
+            squatter.bind(("127.0.0.1", port))
+            squatter.listen(8)
+            squatter.setblocking(False)
+            with pytest.raises(UpstreamConnectError, match="the child has exited"):
+                await pool.request("GET", "/c", [], b"")
+            with pytest.raises(UpstreamConnectError):
+                await listener.connect()
+            with pytest.raises(BlockingIOError):
+                squatter.accept()
+
+    asyncio.run(main())
+
+
+def test_a_child_adopts_only_a_listening_tcp_socket(tmp_path: Path) -> None:
+    with open(tmp_path / "f", "wb") as f:
+        with pytest.raises(ValueError, match="is not a socket"):
+            adopt_listener(f.fileno())
+        assert os.fstat(f.fileno())  # left open for its owner
+    with (
+        socket.socket() as unbound,
+        pytest.raises(ValueError, match="is not a listening TCP socket"),
+    ):
+        adopt_listener(unbound.fileno())
+    listener = ChildListener()
+    sock = adopt_listener(os.dup(listener.fd))
+    assert sock.getsockname()[1] == listener.port and not sock.get_inheritable()
+    sock.close()
+    listener.retire()
 
 
 def test_upstream_never_sends_a_request_twice() -> None:

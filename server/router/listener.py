@@ -45,7 +45,6 @@ class ChildListener:
         try:
             sock.bind((HOST, 0))
             sock.listen(BACKLOG)
-            sock.setblocking(False)  # for retire's accept loop; the child's copy is its own
         except BaseException:
             sock.close()
             raise
@@ -69,6 +68,8 @@ class ChildListener:
         if sock is None:
             return
         try:
+            # O_NONBLOCK belongs to the descriptor the child shared, so it is set only now
+            sock.setblocking(False)
             while True:
                 try:
                     conn, peer = sock.accept()
