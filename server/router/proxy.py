@@ -252,7 +252,7 @@ class HttpProxy:
         assert child is not None
         target = request_target(scope)
         assert target is not None
-        pool = self.upstreams.pool(child.port)
+        pool = self.upstreams.pool(child.port, child.listener)
         headers = upstream_headers(scope, child.secret)
         failure: UpstreamError | None = None
         async with anyio.create_task_group() as tg:
