@@ -98,3 +98,41 @@ def serve_app(app: Any, settings: Any) -> Iterator[LiveServer]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+@dataclass(frozen=True)
+class AppRoute:
+    """One (method, path) the app answers, and the endpoint behind it."""
+
+    method: str
+    path: str
+    endpoint: Any
+    in_schema: bool
+    websocket: bool = False
+
+
+def app_routes(app: Any) -> list[AppRoute]:
+    """Every HTTP and websocket route of a FastAPI app, included routers flattened (FastAPI
+    0.165 keeps an included router as one entry of `app.routes`)."""
+    from starlette.routing import WebSocketRoute
+
+    try:
+        from fastapi.routing import iter_route_contexts
+    except ImportError:  # older FastAPI: included routes are copied into app.routes
+        contexts: Any = app.routes
+    else:
+        contexts = list(iter_route_contexts(app.routes))
+    found = []
+    for route in contexts:
+        path = getattr(route, "path", None)
+        if path is None:
+            continue
+        original = getattr(route, "original_route", route)
+        in_schema = bool(getattr(original, "include_in_schema", True))
+        if isinstance(original, WebSocketRoute):
+            found.append(AppRoute("WS", path, original.endpoint, in_schema, websocket=True))
+            continue
+        for method in sorted(getattr(route, "methods", None) or ()):
+            if method != "HEAD":
+                found.append(AppRoute(method, path, route.endpoint, in_schema))
+    return found
