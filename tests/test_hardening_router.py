@@ -430,6 +430,8 @@ def test_a_real_child_proves_its_secret_and_clients_cannot_ask_for_the_proof(
         router.url + PROOF_PATH + "?model=small", headers={"X-Llamactl-Challenge": nonce}
     )
     assert resp.status_code == 404 and "proof" not in resp.json()
+    resp = httpx.post(router.url + PROOF_PATH, json={"model": "small"})
+    assert resp.status_code == 404 and "proof" not in resp.json()
 
 
 # ----------------------------------------------------------------------------- large bodies

@@ -82,12 +82,18 @@ def create_router_app(
     install_handlers(app)
     app.include_router(routes.router)
     # A child's proof is the router's to ask for: it is not forwarded from clients.
-    app.router.routes.append(Route(PROOF_PATH, _not_forwarded, include_in_schema=False))
+    app.router.routes.append(
+        Route(PROOF_PATH, _not_forwarded, methods=_ANY_METHOD, include_in_schema=False)
+    )
     # Everything else goes to the child of the model the request names.
     app.router.routes.append(Route("/{path:path}", http_proxy, include_in_schema=False))
     app.router.routes.append(WebSocketRoute("/{path:path}", ws_proxy))
     install_middleware(app, state)
     return app
+
+
+# every method: a route matching only GET would leave the others to the catch-all proxy
+_ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 async def _not_forwarded(request: Request) -> None:
