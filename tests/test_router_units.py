@@ -484,6 +484,24 @@ def test_a_child_adopts_only_a_listening_tcp_socket(tmp_path: Path) -> None:
     listener.retire()
 
 
+def test_serve_listen_fd_is_a_routers_childs_option_only(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from llamactl.cli.main import app
+
+    env = {"LLAMACTL_CONFIG": os.devnull}
+    cases = [
+        (["--listen-fd", "0"], "a router's child needs its API key"),
+        (["--listen-fd", "0", "--models-dir", str(tmp_path)], "a router's child serves one model"),
+    ]
+    with open(tmp_path / "f", "wb") as f:
+        cases.append((["--listen-fd", str(f.fileno()), "--api-key", "k"], "is not a socket"))
+        for args, message in cases:
+            result = CliRunner().invoke(app, ["serve", *args], env=env)
+            assert result.exit_code == 2, result.output
+            assert message in " ".join(result.output.split()), args
+
+
 def test_upstream_never_sends_a_request_twice() -> None:
     """A connection that breaks after the request was written is an UpstreamError (maybe
     seen), not UpstreamConnectError (never sent), and is not retried, pooled or fresh."""

@@ -161,6 +161,7 @@ def serve_command(
     keys = settings.resolved_api_keys()  # a missing key file is an error now, not later
     if listen_fd is not None and not keys:
         raise typer.BadParameter("a router's child needs its API key", param_hint="--listen-fd")
+    child_of_router = _child_socket(listen_fd, keys)
     chat_template(settings)  # so is a missing template file (llama-server exits on both)
     chat_template_kwargs(settings)  # and kwargs that are not a JSON object
     if settings.media_path is not None and not settings.media_path.is_dir():
@@ -179,7 +180,7 @@ def serve_command(
         f"[cyan]{_urls(settings)}[/] "
         f"({settings.parallel} slots{', API keys required' if app.state.llamactl.api_keys else ''})"
     )
-    _run(app, settings, logs, child_of_router=_child_socket(listen_fd, keys))
+    _run(app, settings, logs, child_of_router=child_of_router)
 
 
 def _child_socket(listen_fd: int | None, keys: list[str]) -> tuple[Any, str] | None:
