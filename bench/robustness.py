@@ -34,6 +34,7 @@ import os
 import random
 import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -61,17 +62,32 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, threads: int) -> None:
+    """`llamactl serve` in its own process. `args` replaces the default flags after the port;
+    `checkout` runs another checkout's code (bench/hostile.py's before/after)."""
+
+    def __init__(
+        self,
+        threads: int,
+        args: list[str] | None = None,
+        checkout: Path | None = None,
+        cwd: Path | None = None,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMACTL_")}
         env["LLAMACTL_CONFIG"] = os.devnull
         fd, log_path = tempfile.mkstemp(prefix="robustness-", suffix=".log")
         self.log_path = log_path
-        cmd = [*entry_point(), "serve", "--port", str(self.port)]
-        cmd += ["--parallel", "4", "--ctx-size", "1024", "--threads", str(threads)]
-        cmd += ["--cache-ram", "32", "--metrics", "--log-level", "warning"]
-        self.proc = subprocess.Popen(cmd, env=env, stderr=fd, stdout=subprocess.DEVNULL)
+        launcher = entry_point()
+        if checkout is not None:
+            env["PYTHONPATH"] = str(checkout)
+            launcher = [sys.executable, "-m", "llamactl"]
+        cmd = [*launcher, "serve", "--port", str(self.port)]
+        if args is None:
+            args = ["--parallel", "4", "--ctx-size", "1024", "--threads", str(threads)]
+            args += ["--cache-ram", "32", "--metrics", "--log-level", "warning"]
+        cmd += args
+        self.proc = subprocess.Popen(cmd, env=env, stderr=fd, stdout=subprocess.DEVNULL, cwd=cwd)
         os.close(fd)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
