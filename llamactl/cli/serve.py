@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -183,7 +184,7 @@ def serve_command(
     _run(app, settings, logs, child_of_router=child_of_router)
 
 
-def _child_socket(listen_fd: int | None, keys: list[str]) -> tuple[Any, str] | None:
+def _child_socket(listen_fd: int | None, keys: list[str]) -> tuple[socket.socket, str] | None:
     """A router's child: the listening socket it inherited, and the key it proves it holds."""
     if listen_fd is None:
         return None
@@ -246,7 +247,9 @@ def _serve_router(settings, scan_dir: bool, logs: LogOptions) -> None:
     _run(app, settings, logs)
 
 
-def _run(app, settings, logs: LogOptions, child_of_router: tuple[Any, str] | None = None) -> None:
+def _run(
+    app, settings, logs: LogOptions, child_of_router: tuple[socket.socket, str] | None = None
+) -> None:
     """`uvicorn.run`, with a graceful stop: the first SIGTERM/SIGINT stops taking requests and
     ends the queued ones, running generations get `--shutdown-grace` seconds to finish, then
     the rest end with a final error event (never a cut connection or a CancelledError
