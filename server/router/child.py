@@ -106,7 +106,7 @@ class ChildProcess:
             with contextlib.suppress(httpx.HTTPError):
                 resp = await client.get(self.url + "/health", timeout=2)
                 if resp.status_code == 200:
-                    await check_child(client, self.url, self.secret, self.port)
+                    await self._check_proof(client)
                     return
                 message = _error_message(resp)
                 if message and message != "Loading model":
@@ -114,6 +114,19 @@ class ChildProcess:
             if time.monotonic() > deadline:
                 raise ChildFailedError(f"not ready after {timeout:g} s")
             await asyncio.sleep(0.05)
+
+    async def _check_proof(self, client: httpx.AsyncClient) -> None:
+        """The child's proof of its secret; a child that died meanwhile is reported as such."""
+        try:
+            await check_child(client, self.url, self.secret, self.port)
+        except ChildFailedError:
+            assert self.proc is not None
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.proc.wait()), 0.5)
+            if self.proc.returncode is not None:
+                await self._drain()
+                raise ChildFailedError(self.exit_message()) from None
+            raise
 
     async def wait(self) -> int:
         assert self.proc is not None
