@@ -462,6 +462,59 @@ def test_every_route_is_documented_or_an_alias() -> None:
             ), f"{route.method} {route.path} is neither in the OpenAPI document nor an alias"
 
 
+# -------------------------------------------------------------------- websockets: every event
+
+WS_ROUTES = [r for r in ROUTES if r.websocket]
+WS_CASES: dict[str, str | bytes] = {
+    "not JSON": "hello there",
+    "a JSON array": "[]",
+    "deep JSON": "[" * 200_000 + "]" * 200_000,
+    "a lone surrogate": '{"type": "session.update", "session": {"instructions": "\\ud800"}}',
+    "an unknown event type": json.dumps({"type": "x" * 100_000}),
+    "fields of the wrong types": json.dumps({"type": "session.update", "session": 5}),
+    "NaN": '{"type": "session.update", "session": {"temperature": NaN}}',
+    "a binary frame": b"\x00\xff" * 1000,
+    "a frame over 32 MiB": "x" * (33 * 1024 * 1024),
+}
+WS_TABLE = [
+    pytest.param(route, name, id=f"WS {route.path} | {name}")
+    for route in WS_ROUTES
+    for name in WS_CASES
+]
+
+
+@pytest.mark.parametrize(("route", "name"), WS_TABLE)
+def test_hostile_websocket_event(hostile: Hostile, route: AppRoute, name: str) -> None:
+    """An error event (the session goes on) or a close with a protocol code, never 1011."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    url = hostile.live.url.replace("http", "ws", 1) + route.path
+    with connect(url, max_size=None, open_timeout=30) as ws:
+        assert json.loads(ws.recv(timeout=30))["type"] == "session.created"
+        try:
+            ws.send(WS_CASES[name])
+            while True:
+                event = json.loads(ws.recv(timeout=30))
+                if event["type"] == "error":
+                    break
+        except ConnectionClosed as closed:
+            code = closed.rcvd.code if closed.rcvd is not None else None
+            assert code in (1003, 1007, 1008, 1009), f"{route.path} with {name}: closed {code}"
+            return
+        ws.send(json.dumps({"type": "input_audio_buffer.clear"}))  # the session goes on
+        assert json.loads(ws.recv(timeout=30))["type"] == "input_audio_buffer.cleared"
+    hostile.rss_peak = max(hostile.rss_peak, rss_mib())
+
+
+def test_a_client_that_hangs_up_mid_handshake(hostile: Hostile) -> None:
+    port = int(hostile.live.url.rsplit(":", 1)[1])
+    for route in WS_ROUTES:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(f"GET {route.path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n".encode())
+    assert httpx.get(hostile.live.url + "/health", timeout=30).status_code == 200
+
+
 def test_health_answered_throughout_and_memory_stayed_bounded(hostile: Hostile) -> None:
     """Runs last: every /health asked while the table ran answered 200, and the process did
     not grow by more than 1 GiB. The latencies are printed (the target is in bench/)."""
