@@ -145,6 +145,27 @@ def wav_bytes(samples: np.ndarray, rate: int) -> bytes:
     return out.getvalue()
 
 
+@functools.cache
+def flac_silence(seconds: int, rate: int = 48000) -> bytes:
+    """`seconds` of digital silence as FLAC, encoded ten seconds at a time (an hour is ~490 KB
+    and never exists as samples): the decompression bomb of the hardening tests and bench."""
+    import av
+
+    out = io.BytesIO()
+    with av.open(out, "w", format="flac") as container:
+        stream = container.add_stream("flac", rate=rate)
+        stream.layout = "mono"
+        block = np.zeros((1, 10 * rate), np.int16)
+        for _ in range(seconds // 10):
+            frame = av.AudioFrame.from_ndarray(block, format="s16", layout="mono")
+            frame.sample_rate = rate
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    return out.getvalue()
+
+
 def to_rate(samples: np.ndarray, src: int, dst: int) -> np.ndarray:
     """int16 resampled (for feeding the realtime API at 24 kHz)."""
     import soxr

@@ -17,7 +17,7 @@ import wave
 import httpx
 import numpy as np
 import pytest
-from audiokit import SENTENCES, silence, speech, wav_bytes
+from audiokit import SENTENCES, flac_silence, silence, speech, wav_bytes
 from llamactl.server.openai.realtime.connection import LiveSessions
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
@@ -615,7 +615,7 @@ def test_a_flac_bomb_is_refused_from_its_header(live):
     """Issue 31 row 10: 1 h of 48 kHz silence is ~490 KB of FLAC; it decoded to over 1 GB.
     The header states the length, and the file's size cannot pay for it: a 400 before any
     frame is decoded."""
-    hour = encode(np.zeros(3600 * 48000, np.int16), 48000, "flac")
+    hour = flac_silence(3600, 48000)
     assert len(hour) < 1_000_000
     t0 = time.monotonic()
     message = _openai_error(_transcribe(live, hour, "hour.flac"))["message"]

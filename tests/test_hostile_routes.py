@@ -17,8 +17,6 @@ file of the wrong type.
 from __future__ import annotations
 
 import contextlib
-import functools
-import io
 import json
 import os
 import re
@@ -31,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
+from audiokit import flac_silence
 from serverkit import AppRoute, LiveServer, app_routes, run_server
 
 MODEL_FIXTURES = {"hostile"}
@@ -369,27 +367,6 @@ def test_a_client_that_hangs_up_mid_body(hostile: Hostile, route: AppRoute) -> N
 # ------------------------------------------------------------- uploads: what the file holds
 
 
-@functools.cache
-def _flac_hour() -> bytes:
-    """1 h of 48 kHz silence as FLAC (~490 KB), encoded ten seconds at a time so that the
-    test process itself never holds the hour."""
-    import av
-
-    out = io.BytesIO()
-    with av.open(out, "w", format="flac") as container:
-        stream = container.add_stream("flac", rate=48000)
-        stream.layout = "mono"
-        block = np.zeros((1, 480_000), np.int16)
-        for _ in range(360):
-            frame = av.AudioFrame.from_ndarray(block, format="s16", layout="mono")
-            frame.sample_rate = 48000
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode(None):
-            container.mux(packet)
-    return out.getvalue()
-
-
 UPLOAD_FILES: dict[str, Callable[[Path], bytes]] = {
     "an ffconcat playlist naming a private file": lambda d: (
         b"ffconcat version 1.0\nfile " + str(d / "private.wav").encode() + b"\n"
@@ -401,8 +378,8 @@ UPLOAD_FILES: dict[str, Callable[[Path], bytes]] = {
         b"#EXTM3U\n#EXTINF:10,\n" + str(d / "private.wav").encode() + b"\n#EXT-X-ENDLIST\n"
     ),
     "a path traversal as the file": lambda d: b"../../../../../../etc/passwd",
-    "a decompression bomb (1 h of FLAC in 490 KB)": lambda d: _flac_hour(),
-    "a truncated FLAC": lambda d: _flac_hour()[:2000],
+    "a decompression bomb (1 h of FLAC in 490 KB)": lambda d: flac_silence(3600),
+    "a truncated FLAC": lambda d: flac_silence(3600)[:2000],
     "an image": lambda d: b"\x89PNG\r\n\x1a\n" + bytes(64),
     "an empty file": lambda d: b"",
 }
