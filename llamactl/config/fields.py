@@ -864,6 +864,24 @@ class Settings:
         Field(ge=0.1, description="Seconds to receive a whole request body; 408 past it."),
         Flag(_EDGE, commands=frozenset({SERVE})),
     ] = 60.0
+    header_timeout: Annotated[
+        float,
+        Field(
+            ge=0.1,
+            description="Seconds a connection has to send its request line and headers; "
+            "408 and closed past it.",
+        ),
+        Flag(_EDGE, commands=frozenset({SERVE})),
+    ] = 10.0
+    max_connections: Annotated[
+        int,
+        Field(
+            ge=1,
+            description="Client connections held at once; past it a new one replaces the "
+            "longest idle, or gets 503 when all are busy.",
+        ),
+        Flag(_EDGE, commands=frozenset({SERVE})),
+    ] = 1024
     shutdown_grace: Annotated[
         float,
         Field(

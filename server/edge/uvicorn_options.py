@@ -3,7 +3,9 @@ server and the tests' servers alike, so that all of them have the same bounds.
 
 The HTTP parser is h11, whose `h11_max_incomplete_event_size` bounds the request line and
 headers (httptools, uvicorn's other choice, took 2 MB of headers without complaint); parsing is
-a negligible part of serving a model.
+a negligible part of serving a model. The protocol is uvicorn's h11 one with the connection
+bounds of `connections.py` (`--header-timeout`, `--max-connections`); choosing it raises the
+process's file descriptor limit, so every server started through here has that too.
 
 `ws_max_size` is the largest websocket message accepted (uvicorn's default is 16 MiB): it must
 admit the documented 15 MiB realtime `input_audio_buffer.append` (about 20 MiB once base64 and
@@ -18,6 +20,7 @@ from typing import Any
 from llamactl.config import Settings
 
 from .body import MiB
+from .connections import edge_protocol
 
 __all__ = ["MAX_HEAD_SIZE", "WS_MAX_SIZE", "uvicorn_options"]
 
@@ -32,7 +35,7 @@ def uvicorn_options(settings: Settings, **overrides: Any) -> dict[str, Any]:
         "host": settings.host,
         "port": settings.port,
         "lifespan": "on",
-        "http": "h11",
+        "http": edge_protocol(settings.header_timeout, settings.max_connections),
         "h11_max_incomplete_event_size": MAX_HEAD_SIZE,
         "ws_max_size": WS_MAX_SIZE,
         "timeout_keep_alive": 5,  # idle keep-alive connections are closed after 5 s
