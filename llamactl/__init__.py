@@ -21,7 +21,7 @@ from llamactl.core.lazy import lazy_exports  # noqa: E402
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "llamactl.core.endpoints": ("RESPONSE_ID_HEADER", "SESSION_HEADER"),
     "llamactl.core.errors": tuple(_errors.__all__),
-    "llamactl.core.files": ("atomic_output",),
+    "llamactl.core.files": ("atomic_output", "open_regular"),
     "llamactl.core.gguf_info": ("GGUFInfo", "read_gguf_info"),
     "llamactl.core.repetition": ("REPEATING_NOTE", "RepetitionGuard"),
     "llamactl.engine": tuple(_engine.__all__),
@@ -30,7 +30,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 if TYPE_CHECKING:
     from llamactl.core.endpoints import RESPONSE_ID_HEADER, SESSION_HEADER
     from llamactl.core.errors import *  # noqa: F403
-    from llamactl.core.files import atomic_output
+    from llamactl.core.files import atomic_output, open_regular
     from llamactl.core.gguf_info import GGUFInfo, read_gguf_info
     from llamactl.core.repetition import REPEATING_NOTE, RepetitionGuard
     from llamactl.engine import *  # noqa: F403
@@ -44,6 +44,7 @@ __all__ = [
     "GGUFInfo",
     "RepetitionGuard",
     "atomic_output",
+    "open_regular",
     "read_gguf_info",
 ]
 __all__ += _errors.__all__

@@ -115,6 +115,26 @@ class QueueFullError(LlamactlError):
     error_type = "unavailable_error"
 
 
+# ------------------------------------------------------------------------------------ files
+class FileRefusedError(InvalidRequestError):
+    """A file llamactl will not read: not a regular file (a FIFO or a device could block the
+    reader forever or never end), or larger than a limit. Raised before a byte is read; the
+    message names no directory, so an API answer never shows the server's paths."""
+
+
+class FileTooLargeError(FileRefusedError):
+    """A regular file larger than the caller's limit (its size read with fstat)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"the file is {size} bytes, over the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class QuotaExceededError(InvalidRequestError):
+    """A write that would take a folder past its byte or file quota (slot saves)."""
+
+
 # ------------------------------------------------------------------------------------ audio
 class AudioDecodeError(InvalidRequestError):
     """The bytes are not audio llamactl can read."""
@@ -295,6 +315,8 @@ __all__ = [
     "DecisionNotSupportedError",
     "DownloadError",
     "EngineClosedError",
+    "FileRefusedError",
+    "FileTooLargeError",
     "InvalidRequestError",
     "LlamactlError",
     "LocalServerError",
@@ -304,6 +326,7 @@ __all__ = [
     "PlaybackUnavailable",
     "ProtocolError",
     "QueueFullError",
+    "QuotaExceededError",
     "RealtimeClientError",
     "ServerError",
     "ServerUnreachableError",

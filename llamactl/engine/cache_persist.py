@@ -5,7 +5,8 @@ One file per saved sequence, in the state-file form (`state_file.py`), named
 models can share DIR, and the tokens hash makes a file's name say what it holds, so a sequence
 already on disk is never written again. Reading trusts the header, not the name: a file for
 other weights or another layout is ignored, a corrupt or truncated one is skipped with a
-warning. Writing keeps what fits the cache's byte limit, newest first, and removes this
+warning (so is anything else that is not a regular file: a FIFO is never opened to
+block the start). Writing keeps what fits the cache's byte limit, newest first, and removes this
 identity's files that are no longer in the cache (others' files are never touched).
 
 Writes run off the decode thread: the engine hands over references to immutable state
@@ -103,6 +104,9 @@ class CachePersister:
                 continue
             except (StateFileCorrupt, StateFileError, OSError) as exc:
                 log.warning("prompt cache: skipped %s: %s", path, exc)
+                continue
+            except Exception as exc:  # one bad file never stops the server from starting
+                log.warning("prompt cache: skipped %s: %s", path, str(exc) or repr(exc))
                 continue
             if path.name != self.name_for(snap.tokens):
                 log.warning("prompt cache: skipped %s: its name does not match its tokens", path)

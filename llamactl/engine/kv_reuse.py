@@ -7,6 +7,7 @@ Everything here runs on the decode thread.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 
 import llama_cpp
@@ -145,6 +146,12 @@ class SlotMemory:
             log.warning("prompt cache: llama.cpp refused a saved state; decoding instead")
             self.clear(slot)
             return 0
+        if not self.holds(slot, len(entry.tokens)):  # an entry read from --cache-persist
+            log.warning("prompt cache: a saved state's positions are wrong; dropped, decoding")
+            if entry in cache.entries:
+                cache.entries.remove(entry)
+            self.purge(slot)
+            return 0
         slot.kv_tokens = list(entry.tokens)
         slot.checkpoints = list(entry.checkpoints)
         drafter = self.drafter
@@ -258,8 +265,10 @@ class SlotMemory:
         usable = [c for c in slot.checkpoints if 0 < c.n_tokens <= keep]
         if usable:
             cp = usable[-1]
-            if load_seq(self._ctx, slot.seq_id, cp.data, partial=True) and (
-                llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, cp.n_tokens, -1)
+            if (
+                load_seq(self._ctx, slot.seq_id, cp.data, partial=True)
+                and llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, cp.n_tokens, -1)
+                and self.holds(slot, cp.n_tokens)
             ):
                 slot.checkpoints = [c for c in slot.checkpoints if c.n_tokens <= cp.n_tokens]
                 return cp.n_tokens
@@ -268,6 +277,44 @@ class SlotMemory:
 
     def clear(self, slot: Slot) -> None:
         llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
+        if (
+            llama_cpp.llama_memory_seq_pos_min(self._mem, slot.seq_id) != -1
+            or llama_cpp.llama_memory_seq_pos_max(self._mem, slot.seq_id) != -1
+        ):  # cells seq_rm cannot reach (a position < 0 or INT32_MAX) would wedge the slot
+            self.purge(slot)
+        slot.kv_tokens = []
+        slot.answer_from = None
+        slot.checkpoints = []
+        slot.saveable = False
+
+    def holds(self, slot: Slot, n_tokens: int) -> bool:
+        """Whether the slot's sequence has the positions `n_tokens` tokens take: its last at
+        n_tokens - 1 and none below 0 (callers have checked that `n_tokens` fits the slot). A
+        state put back from a file (slot restore, --cache-persist) is checked so: llama.cpp
+        takes its positions as written, and one out of range fails every later decode."""
+        lo = llama_cpp.llama_memory_seq_pos_min(self._mem, slot.seq_id)
+        hi = llama_cpp.llama_memory_seq_pos_max(self._mem, slot.seq_id)
+        if n_tokens == 0:
+            return lo == hi == -1
+        return 0 <= lo <= hi == n_tokens - 1
+
+    def purge(self, slot: Slot) -> None:
+        """Empty the slot's sequence of every cell, even those `llama_memory_seq_rm` cannot
+        reach (it removes positions [0, INT32_MAX), so a cell at INT32_MAX or below 0 stays
+        for good): the other sequences' states are copied, the whole memory cleared, and
+        the copies put back. Costs a state copy of every busy sequence; only a damaged or
+        hostile state file ever needs it."""
+        seq = slot.seq_id
+        kept: dict[int, ctypes.Array | None] = {}
+        for other in range(llama_cpp.llama_n_seq_max(self._ctx)):
+            if other != seq and llama_cpp.llama_memory_seq_pos_max(self._mem, other) != -1:
+                kept[other] = save_seq(self._ctx, other)
+        llama_cpp.llama_memory_clear(self._mem, False)
+        for other, state in kept.items():
+            if state is None or not load_seq(self._ctx, other, state):
+                # its next decode fails (positions no longer follow) and that clears it
+                log.error("slot memory: sequence %d could not be put back after a purge", other)
+        log.warning("slot %d: its sequence held unreachable positions; memory purged", seq)
         slot.kv_tokens = []
         slot.answer_from = None
         slot.checkpoints = []

@@ -9,6 +9,7 @@ on the caller's thread, never on the decode thread.
 
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -29,6 +30,7 @@ from .state_file import (
     StateIdentity,
     empty_state,
     read_state_file,
+    state_file_size,
     write_state_file,
 )
 
@@ -72,6 +74,8 @@ class SeqStore:
             )
         if any(not 0 <= t < self.n_vocab for t in snap.tokens):
             raise InvalidRequestError("Unable to restore slot: invalid tokens in the file")
+        if any(not 0 < c.n_tokens <= len(snap.tokens) for c in snap.checkpoints):
+            raise InvalidRequestError("Unable to restore slot: invalid checkpoints in the file")
 
     def install(self, slot: Slot, snap: SeqSnapshot) -> None:
         """Replace the slot's KV by `snap`; a refused state leaves the slot empty."""
@@ -87,6 +91,12 @@ class SeqStore:
             self._clear(slot)
             raise InvalidRequestError(
                 "Unable to restore slot: llama.cpp refused the saved state for this context"
+            )
+        if not memory.holds(slot, len(snap.tokens)):
+            memory.purge(slot)
+            raise InvalidRequestError(
+                f"Unable to restore slot: the saved state's positions are not those of its "
+                f"{len(snap.tokens)} tokens (a damaged or altered file); the slot was erased"
             )
         slot.kv_tokens = list(snap.tokens)
         slot.answer_from = None  # a restored file: any cut of it is a loss
@@ -138,12 +148,22 @@ class SlotFiles:
         return self._run(slot_id, self.store.erase)
 
     # ---------------------------------------------------------------- the file side
+    def planned_size(self, snap: SeqSnapshot) -> int:
+        """At most the bytes `write` would write for `snap` (a quota is checked first)."""
+        return state_file_size(self.identity, snap, kind="slot")
+
     def write(self, path: Path, snap: SeqSnapshot) -> int:
         """Write `snap` to `path` atomically; return its bytes."""
         try:
             return write_state_file(path, self.identity, snap, kind="slot")
-        except OSError as exc:
-            raise LlamactlError(f"Unable to save slot: {exc}") from None
+        except OSError as exc:  # its text names the server's folder: only the reason is told
+            reason = exc.strerror or type(exc).__name__
+            if exc.errno == errno.ENAMETOOLONG:
+                raise InvalidRequestError(
+                    f"Unable to save slot: the file name is too long for the slot folder's "
+                    f"file system ({reason})"
+                ) from None
+            raise LlamactlError(f"Unable to save slot: {reason}") from None
 
     def read(self, path: Path) -> tuple[SeqSnapshot, int]:
         """The snapshot in `path` and its bytes; 400 for a missing, foreign or damaged file."""
@@ -151,8 +171,11 @@ class SlotFiles:
             return read_state_file(path, self.identity)
         except FileNotFoundError:
             raise InvalidRequestError(f"Unable to restore slot: no file {path.name}") from None
-        except (StateFileError, OSError) as exc:
+        except StateFileError as exc:
             raise InvalidRequestError(f"Unable to restore slot: {exc}") from None
+        except OSError as exc:  # its text names the server's folder: only the reason is told
+            reason = exc.strerror or type(exc).__name__
+            raise InvalidRequestError(f"Unable to restore slot: {path.name}: {reason}") from None
 
     # ---------------------------------------------------------------- both, waiting
     def save(self, slot_id: int, path: Path) -> SlotFileResult:

@@ -31,7 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from llamactl.core.files import atomic_output
+from llamactl.core.errors import FileRefusedError
+from llamactl.core.files import atomic_output, open_regular
 
 from .prompt_cache import Checkpoint
 
@@ -45,6 +46,7 @@ __all__ = [
     "empty_state",
     "model_identity",
     "read_state_file",
+    "state_file_size",
     "write_state_file",
 ]
 
@@ -125,15 +127,8 @@ class SeqSnapshot:
         return len(self.state) + sum(c.nbytes for c in self.checkpoints)
 
 
-def write_state_file(path: Path, identity: StateIdentity, snap: SeqSnapshot, *, kind: Kind) -> int:
-    """Write `snap` to `path` atomically; return the file's size in bytes."""
-    tokens = struct.pack(f"<{len(snap.tokens)}i", *snap.tokens)
-    parts: list[bytes | memoryview] = [tokens, memoryview(snap.state).cast("B")]
-    parts += [memoryview(c.data).cast("B") for c in snap.checkpoints]
-    crc = 0
-    for part in parts:
-        crc = zlib.crc32(part, crc)
-    header = json.dumps(
+def _header(identity: StateIdentity, snap: SeqSnapshot, kind: Kind, crc: int) -> bytes:
+    return json.dumps(
         {
             "format": FORMAT,
             "kind": kind,
@@ -144,6 +139,24 @@ def write_state_file(path: Path, identity: StateIdentity, snap: SeqSnapshot, *, 
             "crc32": crc,
         }
     ).encode()
+
+
+def state_file_size(identity: StateIdentity, snap: SeqSnapshot, *, kind: Kind) -> int:
+    """At most the bytes `write_state_file` writes for `snap` (the checksum's digits vary),
+    known before anything is written: what a quota is checked against."""
+    header = _header(identity, snap, kind, 0xFFFFFFFF)
+    return len(MAGIC) + _U32.size + len(header) + 4 * len(snap.tokens) + snap.nbytes
+
+
+def write_state_file(path: Path, identity: StateIdentity, snap: SeqSnapshot, *, kind: Kind) -> int:
+    """Write `snap` to `path` atomically; return the file's size in bytes."""
+    tokens = struct.pack(f"<{len(snap.tokens)}i", *snap.tokens)
+    parts: list[bytes | memoryview] = [tokens, memoryview(snap.state).cast("B")]
+    parts += [memoryview(c.data).cast("B") for c in snap.checkpoints]
+    crc = 0
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    header = _header(identity, snap, kind, crc)
     with atomic_output(path) as f:
         f.write(MAGIC)
         f.write(_U32.pack(len(header)))
@@ -180,9 +193,17 @@ def read_state_file(path: Path, identity: StateIdentity) -> tuple[SeqSnapshot, i
     """The snapshot in `path` and the bytes read, if it was written for `identity`.
 
     Raises StateFileMismatch for another model or layout (checked before the body is read),
-    StateFileCorrupt for anything unreadable, FileNotFoundError when there is no file.
+    StateFileCorrupt for anything unreadable, FileNotFoundError when there is no file. Only a
+    regular file is read (a FIFO named like a state file would block the reader forever), and
+    the sizes its header states are checked against the file's before its body is read (a
+    header may claim terabytes).
     """
-    with open(path, "rb") as f:
+    try:
+        f = open_regular(path)
+    except FileRefusedError as exc:
+        raise StateFileCorrupt(str(exc)) from None
+    with f:
+        file_size = os.fstat(f.fileno()).st_size
         header = read_header(f)
         theirs = header.get("identity")
         if not isinstance(theirs, dict):
@@ -202,7 +223,15 @@ def read_state_file(path: Path, identity: StateIdentity) -> tuple[SeqSnapshot, i
             raise StateFileCorrupt("the file's header is incomplete") from exc
         if min([n_tokens, state_bytes, *(b for _, b in cps)]) < 0:
             raise StateFileCorrupt("the file's header is inconsistent")
-        body = f.read(4 * n_tokens + state_bytes + sum(b for _, b in cps) + 1)
+        stated = 4 * n_tokens + state_bytes + sum(b for _, b in cps)
+        left = file_size - f.tell()
+        if stated != left:
+            raise StateFileCorrupt(
+                f"the file is truncated: its header states {stated} bytes, {left} follow"
+                if stated > left
+                else "trailing bytes"
+            )
+        body = f.read(stated + 1)
         size = f.tell()
     expected = 4 * n_tokens + state_bytes + sum(b for _, b in cps)
     if len(body) != expected:
