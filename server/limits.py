@@ -30,6 +30,7 @@ class RequestLimits:
     schema_depth: int
     grammar_bytes: int
     json_values: int
+    tokenize_bytes: int
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RequestLimits:
@@ -42,6 +43,7 @@ class RequestLimits:
             schema_depth=settings.max_schema_depth,
             grammar_bytes=settings.max_schema_bytes,
             json_values=settings.max_json_values,
+            tokenize_bytes=settings.max_tokenize_bytes,
         )
 
     def check_messages(self, count: int, field: str = "messages") -> None:
@@ -97,6 +99,12 @@ class RequestLimits:
                 stack.extend(item.values())
             elif isinstance(item, list):
                 stack.extend(item)
+
+    def check_tokenize(self, size: int, field: str = "content") -> None:
+        """The text `/tokenize` takes, in UTF-8 bytes: its answer (and the memory it needs)
+        grows with it, up to a token per byte."""
+        if size > self.tokenize_bytes:
+            raise _over(field, f"{size} bytes", self.tokenize_bytes, "max_tokenize_bytes")
 
     def check_grammar(self, grammar: str | None, field: str = "grammar") -> None:
         if grammar is not None and len(grammar.encode()) > self.grammar_bytes:

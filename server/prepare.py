@@ -8,6 +8,7 @@ ends, and SIGTERM with them. So:
 - `PreparedBodyRoute` is the route class of every JSON API: it reads the body on the loop (I/O),
   then parses and validates it in a worker thread, and hands the endpoint the validated model.
   The endpoint's signature still documents the body in the OpenAPI schema.
+- `read_json(request, parse)` does the same for the few routes that parse their own body.
 - `off_loop(fn, ...)` runs the rest of the preparation (templating, tokenising, grammars) in the
   same workers. A result whose caller has gone (the client disconnected while its request was
   being prepared) is handed to `abandon`, so a stream nobody will read is cancelled at once.
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -36,7 +38,14 @@ from .executors import LazyExecutor
 from .limits import limits_of
 from .precheck import PRECHECK_BYTES, precheck
 
-__all__ = ["PREPARE_WORKERS", "PreparedBodyRoute", "off_loop", "parse_json_body"]
+__all__ = [
+    "PREPARE_WORKERS",
+    "PreparedBodyRoute",
+    "off_loop",
+    "parse_json_body",
+    "precheck_big",
+    "read_json",
+]
 
 T = TypeVar("T")
 
@@ -90,6 +99,26 @@ def parse_json_body(annotation: Any, raw: bytes) -> Any:
         ) from None
 
 
+async def precheck_big(request: Request, raw: bytes) -> None:
+    """A body over `PRECHECK_BYTES` is held to the JSON-value and field limits in the helper
+    process before this process parses it (server/precheck.py)."""
+    if len(raw) <= PRECHECK_BYTES:
+        return
+    state = request.app.state.llamactl
+    engine = state.scheduler  # None on an embeddings-only server: no vocabulary to bound by
+    n_vocab = engine.model.n_vocab if engine is not None else sys.maxsize
+    await precheck(raw, limits_of(state.settings), n_vocab)
+
+
+async def read_json(request: Request, parse: Callable[[bytes], T]) -> T:
+    """For a route that parses its own JSON body (one that also takes a form, or hands the
+    engine raw JSON): the body read on the loop, held to the limits when big (`precheck_big`),
+    then `parse(raw)` in a preparation worker, as `PreparedBodyRoute` does for the others."""
+    raw = await request.body()
+    await precheck_big(request, raw)
+    return await off_loop(parse, raw)
+
+
 class PreparedBodyRoute(APIRoute):
     """A route whose JSON body is parsed and validated in a preparation worker.
 
@@ -112,11 +141,7 @@ class PreparedBodyRoute(APIRoute):
 
         async def handler(request: Request) -> Response:
             raw = await request.body()
-            if len(raw) > PRECHECK_BYTES:
-                state = request.app.state.llamactl
-                engine = state.scheduler  # None while loading: the gate answers 503
-                if engine is not None:
-                    await precheck(raw, limits_of(state.settings), engine.model.n_vocab)
+            await precheck_big(request, raw)
             if not raw.strip() and not required:
                 value = default
             else:

@@ -16,14 +16,15 @@ from fastapi import Request
 from llamactl import DecisionEngine, DecisionNotSupportedError, DecisionResult, LlamactlError
 
 from ...errors import APIError, from_engine_error
-from ...prepare import off_loop
+from ...prepare import off_loop, read_json
 from ...services import not_supported
 from ...state import ServerState
 
 
 async def read_body(request: Request) -> Any:
-    """The JSON body, parsed in a preparation worker (a big body must not stall the loop)."""
-    return await off_loop(_parse_json, await request.body())
+    """The JSON body, parsed in a preparation worker (a big body must not stall the loop),
+    after the JSON-value limit when it is big."""
+    return await read_json(request, _parse_json)
 
 
 def _parse_json(raw: bytes) -> Any:

@@ -1,7 +1,11 @@
 """`GET /lora-adapters` lists the adapters loaded at start (`--lora`, `--lora-scaled`) with
 their global scales; `POST /lora-adapters` sets those scales (an adapter left out gets 0, as
 llama-server reads the list). The change is applied between decode steps once running
-requests have ended; see docs/serve.md, LoRA adapters."""
+requests have ended; see docs/serve.md, LoRA adapters.
+
+The body is parsed and validated in a preparation worker (`PreparedBodyRoute`), with the
+JSON-value limit checked first on a big one: 25 MiB of `{"id": 0, "scale": 1}` parsed on the
+event loop froze every client for 22 s."""
 
 from __future__ import annotations
 
@@ -14,11 +18,12 @@ from llamactl import LlamactlError
 
 from ...common import server_state
 from ...errors import from_engine_error
+from ...prepare import PreparedBodyRoute
 from .protocol import LoraAdapterInfo, LoraScale, LoraSetResponse
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["lora"])
+router = APIRouter(tags=["lora"], route_class=PreparedBodyRoute)
 
 
 @router.get(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from starlette.responses import Response
 
 from ...common import check_model, render_chat, server_state
+from ...limits import limits_of
 from ...openai.chat.protocol import ChatCompletionRequest
 from ...openai.chat.serving import chat_request
 from ...prepare import PreparedBodyRoute, off_loop
@@ -25,16 +27,20 @@ router = APIRouter(tags=["tokens"], route_class=PreparedBodyRoute)
 
 
 @router.post("/tokenize", response_model=TokenizeResponse, summary="Tokenize text (llama-server)")
-async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
-    model = server_state(request).require_text_model()
+async def tokenize(body: TokenizeRequest, request: Request) -> Response:
+    """The content is bounded (--max-tokenize-bytes) and the answer built in the worker."""
+    state = server_state(request)
+    model = state.require_text_model()
+    limits = limits_of(state.settings)
 
-    def run() -> TokenizeResponse:
+    def run() -> Response:
+        limits.check_tokenize(serving.content_size(body.content))
         tokens = serving.tokenize(
             model, body.content, add_special=body.add_special, parse_special=body.parse_special
         )
         if body.with_pieces:
-            return TokenizeResponse(tokens=serving.pieces(model, tokens))
-        return TokenizeResponse(tokens=tokens)
+            return serving.json_answer("tokens", serving.pieces(model, tokens))
+        return serving.json_answer("tokens", tokens)
 
     return await off_loop(run)
 
@@ -42,10 +48,14 @@ async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
 @router.post(
     "/detokenize", response_model=DetokenizeResponse, summary="Token ids to text (llama-server)"
 )
-async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeResponse:
+async def detokenize(body: DetokenizeRequest, request: Request) -> Response:
+    """The ids are bounded by the JSON-value limit; the answer is built in the worker."""
     model = server_state(request).require_text_model()
-    content = await off_loop(serving.detokenize, model, body.tokens)
-    return DetokenizeResponse(content=content)
+
+    def run() -> Response:
+        return serving.json_answer("content", serving.detokenize(model, body.tokens))
+
+    return await off_loop(run)
 
 
 def _render(state: ServerState, body: ChatCompletionRequest) -> tuple[str, int]:

@@ -1,15 +1,26 @@
-"""Tokens in and out of the loaded model's vocabulary (run in a preparation worker)."""
+"""Tokens in and out of the loaded model's vocabulary (run in a preparation worker), and the
+token routes' answers, built there too: a list of a million tokens is seconds of Python work
+that, on the event loop, stalled every client (#31 row 11)."""
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import Any
+
+from starlette.responses import Response
 
 from llamactl import Model
 
 from ...errors import bad_request
-from .protocol import TokenPiece
 
-__all__ = ["detokenize", "pieces", "prompts_of", "tokenize"]
+__all__ = ["content_size", "detokenize", "json_answer", "pieces", "prompts_of", "tokenize"]
+
+# Items encoded per json.dumps call: one call holds the GIL throughout (a million pieces, about
+# a second); between calls the event loop's thread gets its turn.
+_CHUNK = 4096
+
+_dumps = functools.partial(json.dumps, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def tokenize(
@@ -34,8 +45,19 @@ def tokenize(
     return tokens
 
 
-def pieces(model: Model, tokens: list[int]) -> list[TokenPiece]:
-    """Each token with its text; bytes that are not UTF-8 alone (half a character) as a list."""
+def content_size(content: str | list[str | int]) -> int:
+    """The UTF-8 bytes of the text(s) in `/tokenize`'s content (an id counts as one)."""
+    if isinstance(content, str):
+        return len(content.encode("utf-8", "surrogatepass"))
+    return sum(
+        len(part.encode("utf-8", "surrogatepass")) if isinstance(part, str) else 1
+        for part in content
+    )
+
+
+def pieces(model: Model, tokens: list[int]) -> list[dict[str, Any]]:
+    """Each token with its text (`TokenPiece`'s shape); bytes that are not UTF-8 alone (half a
+    character) as a list."""
     out = []
     for token in tokens:
         raw = model.token_bytes(token, special=True)
@@ -43,8 +65,18 @@ def pieces(model: Model, tokens: list[int]) -> list[TokenPiece]:
             piece: str | list[int] = raw.decode("utf-8")
         except UnicodeDecodeError:
             piece = list(raw)
-        out.append(TokenPiece(id=token, piece=piece))
+        out.append({"id": token, "piece": piece})
     return out
+
+
+def json_answer(key: str, value: str | list[Any]) -> Response:
+    """`{key: value}` as the JSON response; a list is encoded a chunk at a time (`_CHUNK`)."""
+    if isinstance(value, str):
+        body = "{" + _dumps(key) + ":" + _dumps(value) + "}"
+    else:
+        parts = [_dumps(value[i : i + _CHUNK])[1:-1] for i in range(0, len(value), _CHUNK)]
+        body = "{" + _dumps(key) + ":[" + ",".join(parts) + "]}"
+    return Response(body.encode(), media_type="application/json")
 
 
 def detokenize(model: Model, tokens: list[int]) -> str:

@@ -13,6 +13,7 @@ from llamactl import encode
 
 from ...common import server_state
 from ...errors import APIError, bad_request
+from ...prepare import read_json
 from ...speech import synthesis
 from .protocol import TTSBody, TTSRequest, parse_tts
 
@@ -67,7 +68,7 @@ async def create_tts(request: Request) -> Response:
             fields[key] = data
         req = await run_in_threadpool(parse_tts, fields, form=True)
     else:
-        req = await run_in_threadpool(_parse_json, await request.body())
+        req = await read_json(request, _parse_json)  # held to the JSON-value limit when big
     rate, chunks = await synthesis.start(
         request.app,
         req.input,

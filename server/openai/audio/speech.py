@@ -16,13 +16,15 @@ from llamactl import MEDIA_TYPES, encode, pcm_bytes
 
 from ...common import server_state
 from ...errors import bad_request
+from ...prepare import PreparedBodyRoute
 from ...speech import synthesis
 from ...sse import data_frame
 from ..voices import openai_voice
 
 __all__ = ["SpeechBody", "router"]
 
-router = APIRouter(tags=["audio"])
+# the body is parsed in a preparation worker, held to the JSON-value limit when big
+router = APIRouter(tags=["audio"], route_class=PreparedBodyRoute)
 
 SPEECH_FORMATS = ("mp3", "wav", "flac", "pcm")
 MAX_INPUT = 4096  # OpenAI's limit
