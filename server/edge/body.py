@@ -5,7 +5,10 @@ A body whose Content-Length is over the limit is refused before any of it is rea
 body is counted as it arrives and refused as soon as it passes the limit. The body is read
 here, under both bounds, and handed to the app whole, so a client sending a byte a second
 cannot hold a connection (and the task behind it) forever. File uploads (multipart forms)
-may be as large as the audio upload limit when that is more than --max-body-size.
+are taken by the upload routes only (`UPLOAD_PATHS`, the routes whose OpenAPI body is
+multipart), and may be as large as the audio upload limit when that is more than
+--max-body-size; a multipart body sent anywhere else is refused (415) before any of it is read,
+as no other route reads a form.
 """
 
 from __future__ import annotations
@@ -16,12 +19,16 @@ from typing import Any
 
 from .asgi import ASGIApp, Receive, Scope, Send, header, refuse
 
-__all__ = ["BodyLimitMiddleware", "MiB"]
+__all__ = ["UPLOAD_PATHS", "BodyLimitMiddleware", "MiB"]
 
 log = logging.getLogger("llamactl.server")
 
 MiB = 1024 * 1024
 _CLOSE = ((b"connection", b"close"),)  # what is left of the body is never read
+
+# The routes that read a multipart form (tests/test_hardening_http_edge.py checks this against
+# the OpenAPI document). Paths as the app sees them, after --api-prefix is taken off.
+UPLOAD_PATHS = frozenset({"/v1/audio/transcriptions", "/audio/transcriptions", "/tts"})
 
 
 def _size(n: int) -> str:
@@ -39,7 +46,7 @@ class BodyLimitMiddleware:
 
     def limit_for(self, scope: Scope) -> tuple[int, str]:
         """The limit for this request and the refusal naming it."""
-        if header(scope, b"content-type").lower().startswith("multipart/form-data"):
+        if _is_multipart(scope) and scope["path"] in UPLOAD_PATHS:
             limit = self.upload_max_bytes
             message = (
                 f"an upload may be at most {_size(limit)} "
@@ -52,6 +59,18 @@ class BodyLimitMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if _is_multipart(scope) and scope["path"] not in UPLOAD_PATHS:
+            routes = ", ".join(sorted(UPLOAD_PATHS))
+            await refuse(
+                scope,
+                send,
+                415,
+                f"a multipart body is accepted only by the upload routes ({routes}); "
+                f"{scope['path']} takes JSON",
+                "invalid_request_error",
+                _CLOSE,
+            )
             return
         limit, too_large = self.limit_for(scope)
         declared = header(scope, b"content-length").strip()
@@ -83,6 +102,10 @@ class BodyLimitMiddleware:
                 break
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)  # no copy for one chunk
         await self.app(scope, _replay(body, receive), send)
+
+
+def _is_multipart(scope: Scope) -> bool:
+    return header(scope, b"content-type").lower().startswith("multipart/")
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
