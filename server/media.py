@@ -17,12 +17,21 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from llamactl import UNSUPPORTED_MEDIA_MESSAGES, ChatRequest, MediaInput
+from llamactl import (
+    UNSUPPORTED_MEDIA_MESSAGES,
+    ChatRequest,
+    FileRefusedError,
+    FileTooLargeError,
+    MediaInput,
+    open_regular,
+)
 
 from .errors import bad_request
 from .state import ServerState
 
 __all__ = ["MEDIA_PART_TYPES", "load_media_url", "take_media"]
+
+MiB = 1 << 20
 
 # part type -> (the media kind, the key holding the part's object)
 MEDIA_PART_TYPES: dict[str, tuple[Literal["image", "audio"], str]] = {
@@ -78,19 +87,23 @@ def _part_bytes(state: ServerState, part: Mapping[str, Any], kind: str, key: str
     if not isinstance(url, str) or not url:
         field = "url" if kind == "image" else "data"
         raise bad_request(f"Field '{where}.{field}' is required")
-    return load_media_url(url, state.settings.media_path, where=where)
+    limit = state.settings.max_media_file_mib * MiB
+    return load_media_url(url, state.settings.media_path, where=where, max_file_bytes=limit)
 
 
-def load_media_url(url: str, media_path: Path | None, *, where: str = "url") -> bytes:
+def load_media_url(
+    url: str, media_path: Path | None, *, where: str = "url", max_file_bytes: int | None = None
+) -> bytes:
     """The bytes a media URL names: `data:image|audio/...;base64,...`, raw base64, or
-    `file://RELATIVE` under `media_path`. http(s) URLs are refused: no downloads."""
+    `file://RELATIVE` under `media_path` (a regular file of at most `max_file_bytes`).
+    http(s) URLs are refused: no downloads."""
     if url.startswith(("http://", "https://")):
         raise bad_request(
             f"Field '{where}': remote media URLs are not supported (llamactl never downloads); "
             "send the file as a base64 data URL, or as file://NAME with --media-path"
         )
     if url.startswith("file://"):
-        return _local_file(url[len("file://") :], media_path, where)
+        return _local_file(url[len("file://") :], media_path, where, max_file_bytes)
     if url.startswith("data:"):
         head, sep, payload = url.partition(",")
         if not sep:
@@ -113,9 +126,10 @@ def _b64(text: str, where: str) -> bytes:
     return data
 
 
-def _local_file(name: str, media_path: Path | None, where: str) -> bytes:
+def _local_file(name: str, media_path: Path | None, where: str, max_bytes: int | None) -> bytes:
     """llama-server's `--media-path` rule: a relative path, no `..`, inside the directory
-    (symlinks resolved)."""
+    (symlinks resolved). Only a regular file is read, and only when its size (fstat) is within
+    `max_bytes`: a FIFO would hold a preparation worker forever, a huge file the memory."""
     if media_path is None:
         raise bad_request("file:// URLs are not allowed unless --media-path is specified")
     rel = PurePosixPath(name)
@@ -126,7 +140,16 @@ def _local_file(name: str, media_path: Path | None, where: str) -> bytes:
     if not path.is_relative_to(root):
         raise bad_request(f"Field '{where}': file path is not allowed: {name}")
     try:
-        return path.read_bytes()
+        with open_regular(path, max_bytes=max_bytes) as f:
+            return f.read()
+    except FileTooLargeError as exc:
+        raise bad_request(
+            f"Field '{where}': file {name} is {exc.size} bytes, over this server's limit of "
+            f"{exc.limit // MiB} MiB for a media file (--max-media-file-mib or "
+            "LLAMACTL_MAX_MEDIA_FILE_MIB raises it)"
+        ) from None
+    except FileRefusedError:
+        raise bad_request(f"Field '{where}': file {name} is not a regular file") from None
     except OSError:
         raise bad_request(
             f"Field '{where}': file does not exist or cannot be opened: {name}"

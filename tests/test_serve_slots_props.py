@@ -20,7 +20,9 @@ HI = [{"role": "user", "content": "Hi"}]
 
 @pytest.fixture(scope="module")
 def two_slots() -> Iterator[LiveServer]:
-    with run_server(parallel=2, n_ctx=1024, temperature=0.5, seed=42, max_tokens=64) as live:
+    with run_server(  # --slots-content: the prompt and the answer are shown too
+        parallel=2, n_ctx=1024, temperature=0.5, seed=42, max_tokens=64, slots_content=True
+    ) as live:
         yield live
 
 

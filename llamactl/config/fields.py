@@ -450,6 +450,15 @@ class Settings:
         ),
         Flag(_COMPAT, commands=frozenset({SERVE}), shown_default="none", metavar="DIR"),
     ] = None
+    max_media_file_mib: Annotated[
+        int,
+        Field(
+            ge=1,
+            description="Largest --media-path file a request may name, in MiB (its size is read"
+            " before the file is); 400 past it.",
+        ),
+        Flag(_LIMITS, commands=frozenset({SERVE})),
+    ] = 64
     strict_model_names: Annotated[
         bool,
         Field(
@@ -463,6 +472,14 @@ class Settings:
         Field(description="Serve GET /slots (each slot's state)."),
         Flag(_COMPAT, commands=frozenset({SERVE})),
     ] = True
+    slots_content: Annotated[
+        bool,
+        Field(
+            description="GET /slots also shows each slot's prompt, generated text and grammar"
+            " (any client could read another's conversation); off: counts and parameters only."
+        ),
+        Flag(_COMPAT, commands=frozenset({SERVE}), negatable=False, shown_default="off"),
+    ] = False
     props: Annotated[
         bool,
         Field(description="Allow POST /props (GET /props is always served)."),
@@ -582,6 +599,20 @@ class Settings:
         Field(description="Directory of POST /slots/{id}?action=save|restore files."),
         Flag(_CACHE, commands=frozenset({SERVE}), metavar="DIR"),
     ] = None
+    slot_save_quota_mib: Annotated[
+        int,
+        Field(
+            ge=1,
+            description="Most MiB of files in --slot-save-path; a slot save past it is a 400"
+            " (a save over a file of the same name counts once).",
+        ),
+        Flag(_CACHE, commands=frozenset({SERVE})),
+    ] = 4096
+    slot_save_max_files: Annotated[
+        int,
+        Field(ge=1, description="Most files in --slot-save-path; a save past it is a 400."),
+        Flag(_CACHE, commands=frozenset({SERVE})),
+    ] = 1024
     slot_prompt_similarity: Annotated[
         float,
         Field(
@@ -834,15 +865,6 @@ class Settings:
         Field(ge=1, description="Most JSON values in a body over 1 MiB; 413 past it."),
         Flag(_LIMITS, commands=frozenset({SERVE})),
     ] = 262144
-    max_tokenize_bytes: Annotated[
-        int,
-        Field(
-            ge=1,
-            description="Largest text /tokenize takes, in UTF-8 bytes (its answer holds up to a "
-            "token per byte); 400 past it.",
-        ),
-        Flag(_LIMITS, commands=frozenset({SERVE})),
-    ] = 1048576
     # HTTP edge (serve): who may call, how much a request may send (docs/serve.md, Security)
     cors_origins: Annotated[
         list[str],

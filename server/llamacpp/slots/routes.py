@@ -22,6 +22,7 @@ from .protocol import (
     SlotSaveResponse,
     SlotSaveTimings,
 )
+from .quota import MiB, SlotQuota, SlotQuotaLimits
 from .serving import slot_json, valid_filename
 
 __all__ = ["router"]
@@ -38,7 +39,10 @@ async def get_slots(request: Request, fail_on_no_slot: str | None = None) -> JSO
     slots = engine.slots_info()
     if fail_on_no_slot and all(s.busy for s in slots):
         raise APIError(503, "no slot available", "unavailable_error")
-    body: list[dict[str, Any]] = await off_loop(lambda: [slot_json(engine, s) for s in slots])
+    content = state.settings.slots_content
+    body: list[dict[str, Any]] = await off_loop(
+        lambda: [slot_json(engine, s, content=content) for s in slots]
+    )
     return JSONResponse(body)
 
 
@@ -78,7 +82,17 @@ async def post_slot(
     t0 = time.perf_counter()
     if action == "save":
         snap = await asyncio.wrap_future(files.snapshot(slot))
-        n_bytes = await off_loop(files.write, path, snap)
+        quota = state.family_state(SlotQuota)
+        limits = SlotQuotaLimits(
+            state.settings.slot_save_quota_mib * MiB, state.settings.slot_save_max_files
+        )
+        size = files.planned_size(snap)
+
+        def write() -> int:
+            with quota.reserve(folder, filename, size, limits):
+                return files.write(path, snap)
+
+        n_bytes = await off_loop(write)
         return SlotSaveResponse(
             id_slot=slot,
             filename=filename,

@@ -11,9 +11,11 @@ from ..generation_params import generation_params
 __all__ = ["slot_json", "valid_filename"]
 
 
-def slot_json(engine: Engine, slot: SlotInfo) -> dict[str, Any]:
+def slot_json(engine: Engine, slot: SlotInfo, *, content: bool = False) -> dict[str, Any]:
     """One slot: always its id, context and state; its current (or last) job when it has run
-    one. The prompt and the text generated are rendered as the model's tokens read."""
+    one. With `content` (--slots-content) also the prompt and the text generated, rendered as
+    the model's tokens read, and the grammar: any client may read /slots, so by default one
+    never sees another's conversation (llama-server's shape, those keys left out)."""
     out: dict[str, Any] = {
         "id": slot.id,
         "n_ctx": slot.n_ctx,
@@ -25,12 +27,12 @@ def slot_json(engine: Engine, slot: SlotInfo) -> dict[str, Any]:
         return out
     n_decoded = len(job.generated)
     remaining = -1 if job.max_tokens is None else max(job.max_tokens - n_decoded, 0)
-    model = engine.model
+    params = generation_params(job.sampling, job.max_tokens)
     out |= {
         "n_prompt_tokens": len(job.prompt),
         "n_prompt_tokens_processed": job.n_prompt_processed,
         "n_prompt_tokens_cache": job.n_cached,
-        "params": generation_params(job.sampling, job.max_tokens),
+        "params": params,
         "next_token": [
             {
                 "has_next_token": not job.finished,
@@ -38,9 +40,13 @@ def slot_json(engine: Engine, slot: SlotInfo) -> dict[str, Any]:
                 "n_decoded": n_decoded,
             }
         ],
-        "prompt": model.detokenize(list(job.prompt), special=True),
-        "generated": model.detokenize(list(job.generated), special=True),
     }
+    if not content:
+        del params["grammar"]  # a schema's grammar spells out the request's own strings
+        return out
+    model = engine.model
+    out["prompt"] = model.detokenize(list(job.prompt), special=True)
+    out["generated"] = model.detokenize(list(job.generated), special=True)
     return out
 
 
