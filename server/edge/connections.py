@@ -108,8 +108,10 @@ class _EdgeH11Protocol(H11Protocol):
         self._admit()
 
     def _admit(self) -> None:
+        if len(self.connections) <= self.cap:  # the usual case, without a scan
+            return
         held = [p for p in self.connections if not getattr(p, "_evicted", False)]
-        if len(held) <= self.cap:
+        if len(held) <= self.cap:  # some are closing already
             return
         waiting = [
             p

@@ -17,10 +17,9 @@ router = APIRouter()
 @router.get("/v1/health", include_in_schema=False)
 async def health(request: Request) -> JSONResponse:
     """200 once the model is loaded; 503 `unavailable_error` while it loads (or failed) and
-    once a graceful stop has begun, so a balancer sends nothing more here.
-
-    A coroutine that reads three attributes: it needs no worker thread, so it answers while
-    every thread of the pool is taken (a sync route waits for one)."""
+    once a graceful stop has begun, so a balancer sends nothing more here."""
+    # A coroutine that reads three attributes: it needs no worker thread, so it answers while
+    # every thread of the pool is taken (a sync route waits for one).
     state: AppState = request.app.state.llamactl
     if state.draining:
         return error_response(request.url.path, 503, "Server is shutting down")

@@ -28,7 +28,9 @@ router = APIRouter(tags=["tokens"], route_class=PreparedBodyRoute)
 
 @router.post("/tokenize", response_model=TokenizeResponse, summary="Tokenize text (llama-server)")
 async def tokenize(body: TokenizeRequest, request: Request) -> Response:
-    """The content is bounded (--max-tokenize-bytes) and the answer built in the worker."""
+    """`content` may hold at most --max-tokenize-bytes bytes of UTF-8 text (1 MiB by
+    default); past it, a 400 naming the limit."""
+    # the answer (a million tokens is seconds of Python) is built in the worker too
     state = server_state(request)
     model = state.require_text_model()
     limits = limits_of(state.settings)
@@ -49,7 +51,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> Response:
     "/detokenize", response_model=DetokenizeResponse, summary="Token ids to text (llama-server)"
 )
 async def detokenize(body: DetokenizeRequest, request: Request) -> Response:
-    """The ids are bounded by the JSON-value limit; the answer is built in the worker."""
+    # the ids are bounded by the JSON-value limit; the answer is built in the worker
     model = server_state(request).require_text_model()
 
     def run() -> Response:
