@@ -865,6 +865,15 @@ class Settings:
         Field(ge=1, description="Most JSON values in a body over 1 MiB; 413 past it."),
         Flag(_LIMITS, commands=frozenset({SERVE})),
     ] = 262144
+    max_tokenize_bytes: Annotated[
+        int,
+        Field(
+            ge=1,
+            description="Largest text /tokenize takes, in UTF-8 bytes (its answer holds up to a "
+            "token per byte); 400 past it.",
+        ),
+        Flag(_LIMITS, commands=frozenset({SERVE})),
+    ] = 1048576
     # HTTP edge (serve): who may call, how much a request may send (docs/serve.md, Security)
     cors_origins: Annotated[
         list[str],
