@@ -26,6 +26,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+import pydantic_core
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -34,6 +35,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from .errors import APIError
 from .executors import LazyExecutor
 from .limits import limits_of
 from .precheck import PRECHECK_BYTES, precheck
@@ -123,8 +125,10 @@ class PreparedBodyRoute(APIRoute):
     """A route whose JSON body is parsed and validated in a preparation worker.
 
     The endpoint takes the body (one parameter annotated with a pydantic model, optional when
-    it has a default) and the `Request`; nothing else is injected. Routes without a body are
-    FastAPI's own."""
+    it has a default) and the `Request`. Routes without a body are FastAPI's own. A route that
+    also takes path or query parameters has its body checked and parsed to JSON values in a
+    worker, and FastAPI then validates those (a small body model, on the loop) with the
+    parameters, as it would have done after parsing the JSON on the loop itself."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         body_params = self.dependant.body_params
@@ -132,6 +136,9 @@ class PreparedBodyRoute(APIRoute):
             return super().get_route_handler()
         if len(body_params) != 1 or self.dependant.request_param_name is None:
             raise TypeError(f"{self.path}: a prepared route takes one body and the request")
+        dep = self.dependant
+        if dep.path_params or dep.query_params or dep.header_params or dep.cookie_params:
+            return _parsed_first(super().get_route_handler())
         body = body_params[0]
         annotation, required = body.field_info.annotation, body.field_info.is_required()
         default = None if required else body.field_info.get_default(call_default_factory=True)
@@ -154,3 +161,27 @@ class PreparedBodyRoute(APIRoute):
             return JSONResponse(jsonable_encoder(result))
 
         return handler
+
+
+def _parsed_first(
+    fastapi_handler: Callable[[Request], Coroutine[Any, Any, Response]],
+) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+    """FastAPI's handler, given a request whose JSON is already parsed (off the loop, after
+    the precheck): Starlette's `Request.json()` returns what `_json` holds."""
+
+    async def handler(request: Request) -> Response:
+        raw = await request.body()
+        await precheck_big(request, raw)
+        if raw.strip():
+            setattr(request, "_json", await off_loop(_json_values, raw))  # noqa: B010
+        return await fastapi_handler(request)
+
+    return handler
+
+
+def _json_values(raw: bytes) -> Any:
+    """pydantic's parser, which (unlike `json.loads`) refuses lone UTF-16 surrogates."""
+    try:
+        return pydantic_core.from_json(raw)
+    except ValueError as exc:
+        raise APIError(400, f"Invalid JSON in the request body: {exc}") from None

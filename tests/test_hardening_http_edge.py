@@ -295,6 +295,26 @@ def test_a_27_mib_lora_body_is_checked_off_the_loop(live: LiveServer) -> None:
     assert small.status_code == 400 and "adapter" in small.json()["error"]["message"]
 
 
+def test_a_slot_action_body_is_checked_off_the_loop(live: LiveServer) -> None:
+    """`POST /slots/{id}` takes path and query parameters too: its body is checked and parsed
+    in the workers, then FastAPI validates it (it was parsed whole on the loop, any size)."""
+    pad = [0] * 12_000_000  # 24 MB, under --max-body-size
+    body = json.dumps({"filename": "a.bin", "pad": pad}, separators=(",", ":")).encode()
+    url = live.url + "/slots/0?action=save"
+    headers = {"Content-Type": "application/json"}
+    watch = HealthWatch(live.url)
+    r = watch.during(lambda: httpx.post(url, content=body, headers=headers, timeout=120))
+    assert r.status_code == 413, r.text
+    assert "--max-json-values" in r.json()["error"]["message"]
+    watch.assert_answered()
+    bad = httpx.post(url, content=b'{"filename": "\\ud800"}', headers=headers, timeout=30)
+    assert bad.status_code == 400 and "Invalid JSON" in bad.json()["error"]["message"]
+    wrong = httpx.post(url, json={"filename": 5}, timeout=30)
+    assert wrong.status_code == 400 and "filename" in wrong.json()["error"]["message"]
+    unset = httpx.post(url, json={"filename": "a.bin"}, timeout=30)
+    assert unset.status_code == 501  # no --slot-save-path: the route itself still answers
+
+
 def _routes(routes: list[Any]) -> Iterator[Any]:
     for route in routes:
         included = getattr(route, "original_router", None)  # FastAPI's included router
@@ -304,19 +324,13 @@ def _routes(routes: list[Any]) -> Iterator[Any]:
             yield route
 
 
-# Routes that still parse a JSON body on the event loop, and why they are not changed here.
-NOT_PREPARED = {
-    "/slots/{id_slot}": "its module is being changed for #31 rows 12-13 (reported to the lead)",
-}
-
-
 def test_every_json_body_is_parsed_off_the_loop() -> None:
     """Each route taking a JSON body model is a PreparedBodyRoute (a new one is caught here).
     Routes that read their body themselves (/tts, the decisions) use `read_json`."""
     app = create_app(hermetic_settings({}))
     loose = []
     for route in _routes(app.router.routes):
-        if not isinstance(route, APIRoute) or route.path in NOT_PREPARED:
+        if not isinstance(route, APIRoute):
             continue
         kinds = {type(p.field_info).__name__ for p in route.dependant.body_params}
         if kinds and kinds <= {"Body"} and not isinstance(route, PreparedBodyRoute):

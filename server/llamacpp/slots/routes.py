@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 
 from ...common import server_state
 from ...errors import APIError, bad_request
-from ...prepare import off_loop
+from ...prepare import PreparedBodyRoute, off_loop
 from ...services import not_supported
 from .protocol import (
     SlotActionRequest,
@@ -27,7 +27,8 @@ from .serving import slot_json, valid_filename
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["slots"])
+# a body (save and restore name a file) is checked and parsed in a preparation worker
+router = APIRouter(tags=["slots"], route_class=PreparedBodyRoute)
 
 
 @router.get("/slots", summary="Each slot's state and its current or last job (llama-server)")
