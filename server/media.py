@@ -27,6 +27,7 @@ from llamactl import (
 )
 
 from .errors import bad_request
+from .media_budget import MediaBudget
 from .state import ServerState
 
 __all__ = ["MEDIA_PART_TYPES", "load_media_url", "take_media"]
@@ -47,6 +48,7 @@ def take_media(state: ServerState, request: ChatRequest) -> ChatRequest:
         return request
     chat = state.require_chat()
     marker = chat.media_marker
+    budget = MediaBudget.from_settings(state.settings)
     media: list[MediaInput] = []
     messages: list[dict[str, Any]] = []
     for i, message in enumerate(request.messages):
@@ -66,7 +68,10 @@ def take_media(state: ServerState, request: ChatRequest) -> ChatRequest:
             if not chat.supports(kind):
                 raise bad_request(UNSUPPORTED_MEDIA_MESSAGES[kind])
             where = f"messages.{i}.content.{j}.{key}"
-            media.append(MediaInput(_part_bytes(state, part, kind, key, where), kind))
+            budget.take_slot(where)
+            data = _part_bytes(state, part, kind, key, where)
+            budget.check(data, kind, where)
+            media.append(MediaInput(data, kind))
             parts.append({"type": "text", "text": marker})
         messages.append({**message, "content": parts})
     return dataclasses.replace(request, messages=messages, media=tuple(media))

@@ -442,6 +442,27 @@ class Settings:
         ),
         Flag(_COMPAT, commands=frozenset({SERVE})),
     ] = 2
+    max_embedding_inputs: Annotated[
+        int,
+        Field(
+            ge=1,
+            description="Most inputs in one embeddings request (/v1/embeddings, /embedding) or"
+            " documents in one rerank request; 400 past it. Each input is a decode of its own"
+            " (~0.1 s for the embedded model on 2 cores): 256 keep a request near 25 s"
+            " (OpenAI allows 2048).",
+        ),
+        Flag(_LIMITS, commands=frozenset({SERVE})),
+    ] = 256
+    max_embedding_tokens: Annotated[
+        int,
+        Field(
+            ge=1,
+            description="Most tokens in one embeddings or rerank request (all its inputs, every"
+            " query + document pair); 400 past it. At ~7 ms a token for the embedded model on"
+            " 2 cores, 4096 keep a request near 30 s (OpenAI allows 300k).",
+        ),
+        Flag(_LIMITS, commands=frozenset({SERVE})),
+    ] = 4096
     media_path: Annotated[
         Path | None,
         Field(
@@ -874,6 +895,20 @@ class Settings:
         ),
         Flag(_LIMITS, commands=frozenset({SERVE})),
     ] = 1048576
+    max_media: Annotated[
+        int,
+        Field(ge=1, description="Most images and audio clips in one chat request."),
+        Flag(_LIMITS, commands=frozenset({SERVE})),
+    ] = 16
+    max_media_pixels: Annotated[
+        int,
+        Field(
+            ge=1,
+            description="Most image pixels in one chat request, read from the images' headers "
+            "before decoding (each pixel decodes to 3 bytes; projectors downscale anyway).",
+        ),
+        Flag(_LIMITS, commands=frozenset({SERVE})),
+    ] = 33554432
     # HTTP edge (serve): who may call, how much a request may send (docs/serve.md, Security)
     cors_origins: Annotated[
         list[str],
