@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 import pytest
+import uvicorn
 from fastapi.routing import APIRoute
 from llamactl.server.app import create_app
 from llamactl.server.edge.body import UPLOAD_PATHS
@@ -240,15 +241,13 @@ def test_when_every_connection_is_busy_health_still_answers(live: LiveServer) ->
         assert refused.headers["connection"] == "close"  # the room is given back at once
 
 
-def _server_loop() -> asyncio.AbstractEventLoop:
-    """The in-process server's running event loop (the test's thread runs none)."""
-    loops = [
-        obj
-        for obj in gc.get_objects()
-        if isinstance(obj, asyncio.AbstractEventLoop) and obj.is_running()
-    ]
-    assert len(loops) == 1, loops
-    return loops[0]
+def _server_loop(port: int) -> asyncio.AbstractEventLoop:
+    """The event loop of the in-process server listening on `port` (other modules' servers may
+    be running too)."""
+    for obj in gc.get_objects():
+        if isinstance(obj, uvicorn.Server) and obj.config.port == port and obj.servers:
+            return obj.servers[0].get_loop()
+    raise AssertionError(f"no uvicorn server on port {port}")
 
 
 def test_health_needs_no_worker_thread(live: LiveServer) -> None:
@@ -264,7 +263,7 @@ def test_health_needs_no_worker_thread(live: LiveServer) -> None:
             for _ in range(int(limiter.total_tokens)):
                 group.start_soon(anyio.to_thread.run_sync, wait)
 
-    held = asyncio.run_coroutine_threadsafe(hold_every_thread(), _server_loop())
+    held = asyncio.run_coroutine_threadsafe(hold_every_thread(), _server_loop(port_of(live)))
     try:
         time.sleep(0.5)
         r = httpx.get(live.url + "/health", timeout=ANSWERS_WITHIN)
