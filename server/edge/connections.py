@@ -24,6 +24,7 @@ import asyncio
 import json
 import logging
 import resource
+import time
 from typing import Any
 
 import h11
@@ -120,7 +121,8 @@ class _EdgeH11Protocol(H11Protocol):
         ]
         if waiting:
             oldest = min(waiting, key=lambda p: p.waiting_since or 0.0)
-            log.info(
+            _log_now_and_then(
+                logging.INFO,
                 "%d connections (--max-connections %d): closed the one waiting longest "
                 "for a request",
                 len(held),
@@ -132,7 +134,7 @@ class _EdgeH11Protocol(H11Protocol):
             self._health_only = True
             return
         message = _all_busy(self.cap)
-        log.warning("refused a connection: %s", message)
+        _log_now_and_then(logging.WARNING, "refused a connection: %s", message)
         self._close_with(_raw_refusal(503, "Service Unavailable", message, "unavailable_error"))
 
     def _evict(self) -> None:
@@ -201,8 +203,20 @@ class _EdgeH11Protocol(H11Protocol):
         message = (
             f"the request head did not arrive within {self.header_timeout:g} s (--header-timeout)"
         )
-        log.info("%s: %s", _peer(self.client), message)
+        _log_now_and_then(logging.INFO, "%s: %s", _peer(self.client), message)
         self._close_with(_raw_refusal(408, "Request Timeout", message, "timeout_error"))
+
+
+_last_logged: dict[str, float] = {}
+LOG_EVERY = 10.0  # seconds between two log lines of one kind: a flood must not flood the log
+
+
+def _log_now_and_then(level: int, message: str, *args: object) -> None:
+    """Log `message` unless the same kind of line was logged less than LOG_EVERY s ago."""
+    now = time.monotonic()
+    if now - _last_logged.get(message, -LOG_EVERY) >= LOG_EVERY:
+        _last_logged[message] = now
+        log.log(level, message, *args)
 
 
 def _all_busy(cap: int) -> str:
