@@ -89,8 +89,29 @@ class Hostile:
 
 
 @pytest.fixture(scope="module")
-def hostile() -> Iterator[Hostile]:
-    with run_server(parallel=1, max_body_size=MAX_BODY_MIB, body_timeout=5.0) as live:
+def slot_dir(tmp_path_factory) -> Path:
+    """The server's --slot-save-path, holding what a hostile restore would name."""
+    import struct
+
+    from llamactl.engine.state_file import MAGIC
+
+    d = tmp_path_factory.mktemp("slots")
+    (d / "huge-header.bin").write_bytes(MAGIC + struct.pack("<I", 0xFFFFFFFF) + b"{}")
+    (d / "magic-only.bin").write_bytes(MAGIC)
+    (d / "not-a-state.bin").write_bytes(b"ffconcat version 1.0\nfile /etc/passwd\n")
+    for prefix in ("", "save-"):  # saves replace what they name: their own copies
+        (d / f"{prefix}dir.bin").mkdir()
+        (d / f"{prefix}link.bin").symlink_to("/etc/passwd")
+    os.mkfifo(d / "fifo.bin")
+    os.mkfifo(d / "save-fifo.bin")
+    return d
+
+
+@pytest.fixture(scope="module")
+def hostile(slot_dir: Path) -> Iterator[Hostile]:
+    with run_server(
+        parallel=1, max_body_size=MAX_BODY_MIB, body_timeout=5.0, slot_save_path=str(slot_dir)
+    ) as live:
         httpx.post(  # warm up: the first chat loads what later ones reuse
             live.v1 + "/chat/completions",
             json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1},
@@ -437,6 +458,123 @@ def test_every_route_is_documented_or_an_alias() -> None:
                 r.endpoint is route.endpoint and r.in_schema and r.method == route.method
                 for r in HTTP_ROUTES
             ), f"{route.method} {route.path} is neither in the OpenAPI document nor an alias"
+
+
+# ------------------------------------------------- routes that read a file the request names
+
+# Every field of the OpenAPI document that names a file, a path or a URL, and how this table
+# covers it: a new such field fails test_every_file_naming_field_is_covered until it is added.
+FILE_FIELDS = {
+    ("SlotActionRequest", "filename"): "slot restore and save, below",
+    ("ImageSourceParam", "url"): "Anthropic image sources: base64 only, refused below",
+    ("InputImage", "image_url"): "media URLs (file:// under --media-path), below",
+    ("InputImage", "file_id"): "refused: there is no file store",
+    ("InputFile", "file_data"): "refused below: input_file is not read",
+    ("InputFile", "file_id"): "refused below",
+    ("InputFile", "file_url"): "refused below",
+    ("InputFile", "filename"): "refused below",
+    ("InfillChunk", "filename"): "text of the prompt, never opened",
+    ("LoraAdapterInfo", "path"): "a response field; adapters are chosen at start",
+    ("SlotRestoreResponse", "filename"): "a response field",
+    ("SlotSaveResponse", "filename"): "a response field",
+    ("Body_create_transcription_v1_audio_transcriptions_post", "file"): "uploads, above",
+}
+
+HOSTILE_NAMES = {
+    "a FIFO": "fifo.bin",
+    "a header claiming 4 GiB": "huge-header.bin",
+    "a truncated state file": "magic-only.bin",
+    "a file that is no state": "not-a-state.bin",
+    "a directory": "dir.bin",
+    "a symlink to /etc/passwd": "link.bin",
+    "a traversal": "../../../../../../etc/passwd",
+    "an absolute path": "/etc/passwd",
+    "a name of 300 bytes": "n" * 300,
+    "a NUL byte": "a\x00b.bin",
+    "an empty name": "",
+    "a missing file": "missing.bin",
+}
+
+
+@pytest.mark.parametrize("action", ["restore", "save"])
+@pytest.mark.parametrize("name", list(HOSTILE_NAMES))
+def test_slot_files_named_by_a_hostile_request(
+    hostile: Hostile, slot_dir: Path, action: str, name: str
+) -> None:
+    filename = HOSTILE_NAMES[name]
+    if action == "save" and os.path.lexists(slot_dir / f"save-{filename}"):
+        filename = f"save-{filename}"  # a save replaces what it names: its own copy
+    t0 = time.monotonic()
+    r = httpx.post(
+        hostile.live.url + f"/slots/0?action={action}", json={"filename": filename}, timeout=60
+    )
+    assert time.monotonic() - t0 < 30, f"{action} of {name}: a reader blocked"
+    assert r.status_code < 500, r.text
+    if action == "restore" or filename.endswith("dir.bin") or "/" in filename:
+        assert r.status_code == 400, r.text
+    if action == "save" and r.status_code == 200:
+        # a name in the folder is replaced by the saved file, never written through: the
+        # symlink's target and the FIFO's readers are untouched
+        saved = slot_dir / filename
+        assert saved.is_file() and not saved.is_symlink()
+    assert "root:" not in r.text and str(slot_dir) not in r.text
+    assert not (Path("/etc") / "passwd.tmp").exists()
+    assert (Path("/etc/passwd")).stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file:///etc/passwd",
+        "file://../../../../etc/passwd",
+        "file://fifo.bin",
+        "/etc/passwd",
+        "data:image/png;base64,////",
+    ],
+)
+def test_media_urls_naming_files(hostile: Hostile, url: str) -> None:
+    """The embedded model has no projector: refused before any file is opened, in each API's
+    shape."""
+    chat = {
+        "messages": [
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}
+        ]
+    }
+    responses = {
+        "input": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_image", "image_url": url},
+                    {"type": "input_file", "file_url": url, "filename": "passwd"},
+                ],
+            }
+        ]
+    }
+    for path, body in (("/v1/chat/completions", chat), ("/v1/responses", responses)):
+        r = httpx.post(hostile.live.url + path, json=body, timeout=60)
+        assert 400 <= r.status_code < 500 and "root:" not in r.text, r.text
+
+
+def test_every_file_naming_field_is_covered() -> None:
+    spec = json.loads((ROOT / "docs" / "openapi.json").read_text())
+    found = set()
+
+    def walk(node: object, schema: str) -> None:
+        if isinstance(node, dict):
+            for key in node.get("properties", {}):
+                if any(w in key.lower() for w in ("file", "path", "url", "dir")):
+                    found.add((schema, key))
+            for value in node.values():
+                walk(value, schema)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, schema)
+
+    for name, schema in spec["components"]["schemas"].items():
+        walk(schema, name)
+    missing = found - set(FILE_FIELDS)
+    assert not missing, f"fields that name files, not in FILE_FIELDS: {sorted(missing)}"
 
 
 # -------------------------------------------------------------------- websockets: every event

@@ -163,6 +163,11 @@ class SlotFiles:
                     f"Unable to save slot: the file name is too long for the slot folder's "
                     f"file system ({reason})"
                 ) from None
+            if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                # the name is taken by something a save must not replace (a directory)
+                raise InvalidRequestError(
+                    f"Unable to save slot: the name is taken by a directory ({reason})"
+                ) from None
             raise LlamactlError(f"Unable to save slot: {reason}") from None
 
     def read(self, path: Path) -> tuple[SeqSnapshot, int]:
