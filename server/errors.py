@@ -87,7 +87,11 @@ def is_anthropic_path(path: str) -> bool:
 def error_body(
     path: str, status: int, message: str, type_: str, details: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The API family's error body (chosen by path); OpenAI-shaped ones carry `details`."""
+    """The API family's error body (chosen by path); OpenAI-shaped ones carry `details`.
+
+    A message quoting the client's input may hold a lone surrogate (a `"\\ud800"` that
+    json.loads let through); it is written as its escape, since it cannot be UTF-8."""
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     if is_anthropic_path(path):
         return {
             "type": "error",

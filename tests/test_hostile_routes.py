@@ -320,17 +320,73 @@ TABLE = [
 ]
 
 
-@pytest.mark.parametrize(("route", "case"), TABLE)
-def test_hostile_request(hostile: Hostile, route: AppRoute, case: Case) -> None:
+def send_case(live: LiveServer, route: AppRoute, case: Case) -> None:
     body = case.body() if case.body is not None else b""
     headers = {"Content-Length": str(len(body))}
     if case.body is not None:
         headers["Content-Type"] = case.content_type
-    status, payload = _raw(
-        hostile.live, route.method, concrete(route.path) + case.query, headers, body
-    )
+    status, payload = _raw(live, route.method, concrete(route.path) + case.query, headers, body)
     check_answer(route, case.name, status, payload)
+
+
+@pytest.mark.parametrize(("route", "case"), TABLE)
+def test_hostile_request(hostile: Hostile, route: AppRoute, case: Case) -> None:
+    send_case(hostile.live, route, case)
     hostile.rss_peak = max(hostile.rss_peak, rss_mib())
+
+
+# Router mode: the router's own routes, and every route of a model server, which the router
+# reads (for the model's name) before it proxies to a child.
+
+
+def _router_routes() -> list[AppRoute]:
+    import tempfile
+
+    from llamactl.server.router import create_router_app
+    from serverkit import hermetic_settings
+
+    with tempfile.TemporaryDirectory() as empty:
+        app = create_router_app(hermetic_settings({"models_dir": empty}))
+    own = [r for r in app_routes(app) if not r.websocket and r.path not in DOCS_ROUTES]
+    paths = {(r.method, r.path) for r in own}
+    return own + [r for r in HTTP_ROUTES if (r.method, r.path) not in paths]
+
+
+ROUTER_TABLE = [
+    pytest.param(route, case, id=f"router {route.method} {route.path} | {case.name}")
+    for route in _router_routes()
+    for case in CASES
+    if case.applies(route)
+]
+
+
+@pytest.fixture(scope="module")
+def hostile_router(tmp_path_factory) -> Iterator[LiveServer]:
+    """A router over the embedded model (a child starts on the first request naming it)."""
+    from llamactl.server.router import create_router_app
+    from serverkit import hermetic_settings, serve_app
+
+    preset = tmp_path_factory.mktemp("router") / "models.toml"
+    preset.write_text(f'[small]\nmodel = "{embedded()}"\nctx_size = 512\nparallel = 1\n')
+    settings = hermetic_settings(
+        {"models_preset": str(preset), "threads": 1, "max_body_size": MAX_BODY_MIB}
+    )
+    app = create_router_app(settings, load_timeout=60)
+    with serve_app(app, settings) as live:
+        yield live
+
+
+def embedded() -> str:
+    from llamactl.models import embedded_model_path
+
+    return str(embedded_model_path())
+
+
+@pytest.mark.parametrize(("route", "case"), ROUTER_TABLE)
+def test_hostile_request_to_the_router(
+    hostile: Hostile, hostile_router: LiveServer, route: AppRoute, case: Case
+) -> None:
+    send_case(hostile_router, route, case)
 
 
 BODY_ROUTES = [r for r in HTTP_ROUTES if r.method in ("POST", "PUT", "PATCH")]
