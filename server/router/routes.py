@@ -23,8 +23,9 @@ def router_state(request: Request) -> RouterState:
 
 @router.get("/health", tags=["health"])
 @router.get("/v1/health", include_in_schema=False)
-def health() -> dict[str, str]:
+async def health() -> dict[str, str]:
     """The router is up; each model's own state is in /models."""
+    # a coroutine: it answers on the event loop while every pool thread is taken
     return {"status": "ok"}
 
 
