@@ -5,16 +5,24 @@ leaves, and `sse_response`'s `on_close` cancels the engine stream. A non-streame
 no body iterator yet, so every route that runs one wraps the run in `cancel_on_disconnect`:
 the first `http.disconnect` cancels the generation, which frees its slot within a step. The
 router, which relays raw ASGI messages, runs the same `watch_disconnect` on its `receive`.
+Work handed to a worker as a `concurrent.futures.Future` that stays cancellable while it runs
+(the embedding context's) is awaited with `result_unless_disconnected`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import Request
+
+T = TypeVar("T")
+
+# nginx's "client closed request": what the access log shows for an answer nobody was there for
+CLIENT_CLOSED_REQUEST = 499
 
 
 @contextlib.asynccontextmanager
@@ -41,3 +49,25 @@ async def watch_disconnect(
         if message["type"] == "http.disconnect":
             cancel()
             return
+
+
+async def result_unless_disconnected(
+    request: Request, future: concurrent.futures.Future[T]
+) -> T | None:
+    """`future`'s result, or None when the client hung up first: the disconnect cancels
+    `future`, and work that checks for that stops (the next request gets the worker)."""
+    gone = False
+
+    def hang_up() -> None:
+        nonlocal gone
+        gone = True
+        future.cancel()
+
+    waiter = asyncio.wrap_future(future)
+    async with cancel_on_disconnect(request, hang_up):
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if gone:
+                return None  # nobody is there for the answer (or for a cancellation error)
+            raise

@@ -10,16 +10,21 @@ Rank scores (`submit_scores`, pooling `rank`) are batched: one request's inputs 
 decode, one sequence each, as many as fit `n_ubatch` and `n_seq_max`; requests still take
 turns, so a request is packed the same way whatever else is queued, and scores the same.
 Encoder models (BERT and its kind) have no KV memory: each decode is then an encode.
+
+A request's future stays cancellable while its inputs are worked through: `cancel()` (a client
+that hung up) stops it before its next input or decode, so the worker moves on to the next
+request instead of finishing work nobody will read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
-from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 
@@ -31,6 +36,9 @@ from .context import ContextLayout, open_context
 from .model import Model
 
 __all__ = ["POOLING_TYPES", "Embedder", "EmbedderConfig", "Pooling", "normalize"]
+
+T = TypeVar("T")
+Item = TypeVar("Item")
 
 Pooling = Literal["none", "mean", "cls", "last", "rank"]
 POOLING_TYPES: dict[str, int] = {
@@ -101,6 +109,7 @@ class Embedder:
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="llamactl-embed")
         self._lock = threading.Lock()
         self._closed = False
+        self.decodes = 0  # decodes (or encodes) run so far: how much work was really done
 
     @property
     def pooled(self) -> bool:
@@ -130,7 +139,9 @@ class Embedder:
         names = fields or [f"input.{i}" for i in range(len(inputs))]
         for tokens, name in zip(inputs, names, strict=True):
             self.check(tokens, name)
-        return self._worker.submit(lambda: [self._embed(list(t)) for t in inputs])
+        return self._start(
+            lambda cancelled: [self._embed(list(t)) for t in _until(cancelled, inputs)]
+        )
 
     def submit_scores(
         self, inputs: Sequence[Sequence[int]], fields: Sequence[str] | None = None
@@ -143,9 +154,35 @@ class Embedder:
         for tokens, name in zip(inputs, names, strict=True):
             self.check(tokens, name)
         groups = self._packed([len(t) for t in inputs])
-        return self._worker.submit(
-            lambda: [s for g in groups for s in self._scores([list(inputs[i]) for i in g])]
+        return self._start(
+            lambda cancelled: [
+                s
+                for g in _until(cancelled, groups)
+                for s in self._scores([list(inputs[i]) for i in g])
+            ]
         )
+
+    def _start(self, work: Callable[[Callable[[], bool]], T]) -> Future[T]:
+        """`work(cancelled)` on the worker. The future is never marked running, so `cancel()`
+        succeeds until the result is set; `work` checks `cancelled` between inputs and stops."""
+        future: Future[T] = Future()
+
+        def run() -> None:
+            if future.cancelled():
+                return  # cancelled while queued: nothing to do
+            try:
+                result = work(future.cancelled)
+            except _Cancelled:
+                return
+            except Exception as exc:
+                with contextlib.suppress(InvalidStateError):  # cancelled meanwhile
+                    future.set_exception(exc)
+            else:
+                with contextlib.suppress(InvalidStateError):
+                    future.set_result(result)
+
+        self._worker.submit(run)
+        return future
 
     def _packed(self, lengths: list[int]) -> list[list[int]]:
         """Consecutive inputs grouped so that each group fits one decode."""
@@ -181,6 +218,7 @@ class Embedder:
             rc = llama_cpp.llama_encode(self._ctx, self._batch.raw)
         else:
             rc = llama_cpp.llama_decode(self._ctx, self._batch.raw)
+        self.decodes += 1
         if rc != 0:
             raise InvalidRequestError(f"llama.cpp could not embed the input (code {rc})")
 
@@ -218,3 +256,15 @@ class Embedder:
             self._batch.free()
             llama_cpp.llama_free(self._ctx)
         self._worker.shutdown(wait=False)
+
+
+class _Cancelled(Exception):
+    """The request's future was cancelled: its remaining inputs are dropped."""
+
+
+def _until(cancelled: Callable[[], bool], items: Iterable[Item]) -> Iterator[Item]:
+    """`items`, ending early (with `_Cancelled`) once `cancelled()` says so."""
+    for item in items:
+        if cancelled():
+            raise _Cancelled
+        yield item

@@ -20,5 +20,6 @@ router = APIRouter(tags=["embeddings"], route_class=PreparedBodyRoute)
 @router.post("/embedding", summary="Embed texts, llama-server's native shape (--embedding)")
 @router.post("/embeddings", include_in_schema=False)
 async def native_embeddings(body: EmbeddingsRequest, request: Request) -> Any:
-    vectors, _, _ = await serving.embed(server_state(request), body)
-    return serving.native_shape(vectors)
+    return await serving.answer(
+        server_state(request), body, request, lambda embedded: serving.native_shape(embedded[0])
+    )

@@ -24,4 +24,4 @@ router = APIRouter(tags=["rerank"], route_class=PreparedBodyRoute)
 @router.post("/reranking", include_in_schema=False)
 @router.post("/v1/reranking", include_in_schema=False)
 async def rerank(body: RerankRequest, request: Request) -> Any:
-    return await serving.rerank(server_state(request), body)
+    return await serving.rerank(server_state(request), body, request)

@@ -26,8 +26,12 @@ async def embeddings(body: EmbeddingsRequest, request: Request) -> Any:
         raise bad_request(
             "Pooling type 'none' is not OAI compatible. Please use a different pooling type"
         )
-    vectors, n_tokens, field = await serving.embed(state, body)
-    if field == "content":
-        return serving.native_shape(vectors)
     model = body.model or state.model_id
-    return serving.openai_shape(vectors, n_tokens, model, body.encoding_format)
+
+    def shape(embedded: serving.Embedded) -> Any:
+        vectors, n_tokens, field = embedded
+        if field == "content":
+            return serving.native_shape(vectors)
+        return serving.openai_shape(vectors, n_tokens, model, body.encoding_format)
+
+    return await serving.answer(state, body, request, shape)
