@@ -895,6 +895,20 @@ class Settings:
         ),
         Flag(_LIMITS, commands=frozenset({SERVE})),
     ] = 1048576
+    max_media: Annotated[
+        int,
+        Field(ge=1, description="Most images and audio clips in one chat request."),
+        Flag(_LIMITS, commands=frozenset({SERVE})),
+    ] = 16
+    max_media_pixels: Annotated[
+        int,
+        Field(
+            ge=1,
+            description="Most image pixels in one chat request, read from the images' headers "
+            "before decoding (each pixel decodes to 3 bytes; projectors downscale anyway).",
+        ),
+        Flag(_LIMITS, commands=frozenset({SERVE})),
+    ] = 33554432
     # HTTP edge (serve): who may call, how much a request may send (docs/serve.md, Security)
     cors_origins: Annotated[
         list[str],
