@@ -66,7 +66,7 @@ def refusal(r: httpx.Response) -> str:
 
 def test_the_defaults_are_the_documented_ones() -> None:
     settings = Settings()
-    assert (settings.max_embedding_inputs, settings.max_embedding_tokens) == (256, 4096)
+    assert (settings.max_embedding_inputs, settings.max_embedding_tokens) == (2048, 4096)
 
 
 @pytest.mark.parametrize(
