@@ -13,7 +13,7 @@ from typing import Any
 
 from llamactl.config import Settings
 
-from .limits import _over
+from .limits import over_limit
 
 __all__ = ["EmbeddingLimits", "count_inputs"]
 
@@ -29,14 +29,14 @@ class EmbeddingLimits:
 
     def check_inputs(self, count: int, field: str, noun: str = "inputs") -> None:
         if count > self.inputs:
-            raise _over(field, f"{count} {noun}", self.inputs, "max_embedding_inputs")
+            raise over_limit(field, f"{count} {noun}", self.inputs, "max_embedding_inputs")
 
     def check_tokens(self, count: int, field: str, *, at_least: bool = False) -> None:
         """`count` tokens so far; `at_least` when the count stopped early (the rest was not
         tokenized once the limit was passed)."""
         if count > self.tokens:
             got = f"{'at least ' if at_least else ''}{count} tokens"
-            raise _over(field, got, self.tokens, "max_embedding_tokens")
+            raise over_limit(field, got, self.tokens, "max_embedding_tokens")
 
 
 def count_inputs(raw: Any) -> int:

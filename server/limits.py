@@ -17,7 +17,7 @@ from llamactl.config import Settings
 
 from .errors import APIError
 
-__all__ = ["RequestLimits", "limits_of"]
+__all__ = ["RequestLimits", "limits_of", "over_limit"]
 
 
 @dataclass(frozen=True)
@@ -48,20 +48,22 @@ class RequestLimits:
 
     def check_messages(self, count: int, field: str = "messages") -> None:
         if count > self.messages:
-            raise _over(field, f"{count} messages", self.messages, "max_messages")
+            raise over_limit(field, f"{count} messages", self.messages, "max_messages")
 
     def check_stops(self, stops: Sequence[str], field: str = "stop") -> None:
         if len(stops) > self.stop_strings:
-            raise _over(field, f"{len(stops)} stop strings", self.stop_strings, "max_stop_strings")
+            raise over_limit(
+                field, f"{len(stops)} stop strings", self.stop_strings, "max_stop_strings"
+            )
         for i, stop in enumerate(stops):
             if len(stop) > self.stop_length:
-                raise _over(
+                raise over_limit(
                     f"{field}.{i}", f"{len(stop)} characters", self.stop_length, "max_stop_length"
                 )
 
     def check_tools(self, count: int, field: str = "tools") -> None:
         if count > self.tools:
-            raise _over(field, f"{count} tools", self.tools, "max_tools")
+            raise over_limit(field, f"{count} tools", self.tools, "max_tools")
 
     def check_schema(self, schema: Any, field: str) -> None:
         """A JSON schema's encoded size and nesting depth (objects and arrays)."""
@@ -69,10 +71,10 @@ class RequestLimits:
             return
         size = len(json.dumps(schema, ensure_ascii=False).encode())
         if size > self.schema_bytes:
-            raise _over(field, f"{size} bytes", self.schema_bytes, "max_schema_bytes")
+            raise over_limit(field, f"{size} bytes", self.schema_bytes, "max_schema_bytes")
         depth = nesting_depth(schema)
         if depth > self.schema_depth:
-            raise _over(field, f"nested {depth} deep", self.schema_depth, "max_schema_depth")
+            raise over_limit(field, f"nested {depth} deep", self.schema_depth, "max_schema_depth")
 
     def check_logit_bias(self, entries: int, n_vocab: int) -> None:
         """One bias per token at most: more entries than the vocabulary cannot be right."""
@@ -104,12 +106,12 @@ class RequestLimits:
         """The text `/tokenize` takes, in UTF-8 bytes: its answer (and the memory it needs)
         grows with it, up to a token per byte."""
         if size > self.tokenize_bytes:
-            raise _over(field, f"{size} bytes", self.tokenize_bytes, "max_tokenize_bytes")
+            raise over_limit(field, f"{size} bytes", self.tokenize_bytes, "max_tokenize_bytes")
 
     def check_grammar(self, grammar: str | None, field: str = "grammar") -> None:
         if grammar is not None and len(grammar.encode()) > self.grammar_bytes:
             size = len(grammar.encode())
-            raise _over(field, f"{size} bytes", self.grammar_bytes, "max_schema_bytes")
+            raise over_limit(field, f"{size} bytes", self.grammar_bytes, "max_schema_bytes")
 
 
 def nesting_depth(value: Any) -> int:
@@ -129,7 +131,9 @@ def nesting_depth(value: Any) -> int:
     return deepest
 
 
-def _over(field: str, got: str, limit: int, setting: str) -> APIError:
+def over_limit(field: str, got: str, limit: int, setting: str) -> APIError:
+    """The one wording of a 400 for a request over a limit: the field, what it holds, the
+    limit and the setting that raises it."""
     return APIError(
         400,
         f"Field '{field}': {got} is over this server's limit of {limit} "

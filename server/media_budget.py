@@ -24,6 +24,7 @@ from llamactl import (
 from llamactl.config import Settings
 
 from .errors import APIError
+from .limits import over_limit
 
 __all__ = ["MediaBudget"]
 
@@ -46,12 +47,8 @@ class MediaBudget:
         """Count one more item; called before its bytes are read."""
         self.items += 1
         if self.items > self.max_items:
-            raise APIError(
-                400,
-                f"Field '{where}': more than {self.max_items} images or audio clips in one "
-                "request is over this server's limit (--max-media or LLAMACTL_MAX_MEDIA "
-                "raises it)",
-            )
+            got = f"image or audio clip number {self.items} of the request"
+            raise over_limit(where, got, self.max_items, "max_media")
 
     def check(self, data: bytes, kind: str, where: str) -> None:
         """Refuse an item whose header states more than what is left of the budget."""

@@ -110,7 +110,11 @@ def slot_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def hostile(slot_dir: Path) -> Iterator[Hostile]:
     with run_server(
-        parallel=1, max_body_size=MAX_BODY_MIB, body_timeout=5.0, slot_save_path=str(slot_dir)
+        parallel=1,
+        max_body_size=MAX_BODY_MIB,
+        body_timeout=5.0,
+        slot_save_path=str(slot_dir),
+        embedding=True,  # /v1/embeddings and /embedding read their bodies, not 501
     ) as live:
         httpx.post(  # warm up: the first chat loads what later ones reuse
             live.v1 + "/chat/completions",

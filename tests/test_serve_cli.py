@@ -26,9 +26,15 @@ HI = [{"role": "user", "content": "Hi"}]
 
 
 def serve_options() -> list[str]:
-    """Every option string of `llamactl serve` (long and short)."""
+    """Every option string of `llamactl serve` (long and short) a user may give; hidden ones
+    (`--listen-fd`, between the router and its children) are neither shown nor documented."""
     command = typer.main.get_command(app).commands["serve"]
-    return [opt for p in command.params for opt in (*p.opts, *p.secondary_opts)]
+    return [
+        opt
+        for p in command.params
+        if not getattr(p, "hidden", False)
+        for opt in (*p.opts, *p.secondary_opts)
+    ]
 
 
 # ------------------------------------------------------------------------ a running server

@@ -526,7 +526,8 @@ def test_media_per_request_are_capped(vision_server):
     resp = post(vision_server, "/v1/chat/completions", many)
     assert resp.status_code == 400
     message = resp.json()["error"]["message"]
-    assert "more than 16 images or audio clips" in message and "--max-media" in message
+    assert "number 17 of the request is over this server's limit of 16" in message
+    assert "--max-media or LLAMACTL_MAX_MEDIA" in message
 
 
 def test_anthropic_and_responses_images_meet_the_same_budget(vision_server, bomb):

@@ -139,9 +139,9 @@ if TYPE_CHECKING:
     from llamactl.engine.embeddings import Embedder, EmbedderConfig, normalize
     from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
     from llamactl.engine.grammar import json_grammar, json_schema_grammar
+    from llamactl.engine.image_header import IMAGE_FORMATS, ImageHeader, read_image_header
     from llamactl.engine.infill import FimTokens, infill_tokens
     from llamactl.engine.lora import check_lora_adapter
-    from llamactl.engine.image_header import IMAGE_FORMATS, ImageHeader, read_image_header
     from llamactl.engine.media_prompt import UNSUPPORTED_MEDIA_MESSAGES, MediaInput
     from llamactl.engine.model import Model
     from llamactl.engine.quantize import QUANT_TYPES, quantize_gguf
