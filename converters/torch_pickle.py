@@ -134,9 +134,21 @@ class _Unpickler(pickle.Unpickler):
             raise CheckpointError(self.path, None, f"unsupported storage type {storage_type!r}")
         name = f"{self.root}/data/{key}"
         try:
-            raw = self.archive.read(name)
+            info = self.archive.getinfo(name)
         except KeyError:
             raise CheckpointError(self.path, None, f"no storage {name} in the zip") from None
+        # the zip states each entry's size, and the pickle the storage's element count: they
+        # must agree before anything is decompressed (zipfile stops at the stated size, so a
+        # compressed bomb cannot expand past what the pickle asked for)
+        numel = pid[4] if len(pid) >= 5 else None
+        if _is_count(numel) and info.file_size != numel * storage_type.dtype.itemsize:
+            raise CheckpointError(
+                self.path,
+                None,
+                f"the storage {name} is {info.file_size} bytes in the zip, but "
+                f"{numel} elements of {storage_type.name} in the pickle",
+            )
+        raw = self.archive.read(info)
         if len(raw) % storage_type.dtype.itemsize:
             raise CheckpointError(
                 self.path, None, f"the storage {name} is {len(raw)} bytes: not whole elements"

@@ -103,9 +103,18 @@ def test_torch_files_cannot_run_code(tmp_path):
         load_torch(tmp_path / "evil.pt")
 
 
-def _torch_zip(path, storage: bytes, shape, stride, offset: int = 0) -> Path:
+def _torch_zip(
+    path,
+    storage: bytes | int,
+    shape,
+    stride,
+    offset: int = 0,
+    numel: int | None = None,
+    deflate: bool = False,
+) -> Path:
     """A torch.save zip of {"w": one float32 tensor} whose view (offset, shape, stride) is
-    written as given, whatever its storage holds: what a corrupt or hostile head.pt says."""
+    written as given, whatever its storage holds: what a corrupt or hostile head.pt says.
+    An int `storage` is that many zero bytes, written a MiB at a time."""
     import pickle
     import pickletools
     import zipfile
@@ -116,18 +125,41 @@ def _torch_zip(path, storage: bytes, shape, stride, offset: int = 0) -> Path:
     def tup(values) -> bytes:
         return b"(" + b"".join(op(v) for v in values) + b"t"
 
+    size = storage if isinstance(storage, int) else len(storage)
     pkl = (
         b"\x80\x02}(" + op("w") + b"ctorch._utils\n_rebuild_tensor_v2\n("
         + b"(" + op("storage") + b"ctorch\nFloatStorage\n" + op("0") + op("cpu")
-        + op(len(storage) // 4) + b"tQ"
+        + op(size // 4 if numel is None else numel) + b"tQ"
         + op(offset) + tup(shape) + tup(stride) + b"\x89"
         + b"ccollections\nOrderedDict\n)R" + b"tRu."
     )  # fmt: skip
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED) as z:
         z.writestr("archive/data.pkl", pkl)
-        z.writestr("archive/data/0", storage)
+        if isinstance(storage, int):
+            with z.open("archive/data/0", "w") as f:
+                for _ in range(storage >> 20):
+                    f.write(bytes(1 << 20))
+        else:
+            z.writestr("archive/data/0", storage)
         z.writestr("archive/version", "3\n")
     return path
+
+
+def test_a_storage_larger_than_its_pickle_says_is_refused_before_decompressing(tmp_path):
+    """A zip bomb: 1 GiB of zeros deflates to ~1 MB; the pickle says the storage holds 4
+    floats. The zip's stated size is compared with the pickle's count before anything is
+    read, so the gigabyte is never decompressed."""
+    import resource
+
+    from llamactl.converters.torch_pickle import load
+
+    bomb = tmp_path / "bomb.pt"
+    _torch_zip(bomb, 1 << 30, (4,), (1,), numel=4, deflate=True)
+    assert bomb.stat().st_size < 2_000_000
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(CheckpointError, match="1073741824 bytes in the zip, but 4 elements"):
+        load(bomb)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB
 
 
 def test_torch_views_inside_their_storage_load(tmp_path):
