@@ -72,6 +72,8 @@ def test_every_command_and_option_is_in_every_script() -> None:
         for text in scripts.values():
             assert name in text
         for param in command.params:
+            if getattr(param, "hidden", False):
+                continue  # internal (serve --listen-fd, between the router and a child)
             for opt in getattr(param, "opts", []):
                 if opt.startswith("--"):
                     for script_name, text in scripts.items():
