@@ -140,7 +140,7 @@ class _Unpickler(pickle.Unpickler):
         # the zip states each entry's size, and the pickle the storage's element count: they
         # must agree before anything is decompressed (zipfile stops at the stated size, so a
         # compressed bomb cannot expand past what the pickle asked for)
-        numel = pid[4] if len(pid) >= 5 else None
+        numel: Any = pid[4] if len(pid) >= 5 else None
         if _is_count(numel) and info.file_size != numel * storage_type.dtype.itemsize:
             raise CheckpointError(
                 self.path,
