@@ -106,7 +106,8 @@ def test_lone_surrogate_input_is_400(live):
     assert "'input'" in _openai_error(r)["message"]
     body = b'{"model": "tts-1", "input": "hello \\udfff", "response_format": "pcm"}'
     r = httpx.post(live.v1 + "/audio/speech", content=body, headers=headers, timeout=30)
-    assert "input" in _openai_error(r)["message"]
+    # parsed off the loop by pydantic, which names the escape's place rather than the field
+    assert "surrogate" in _openai_error(r)["message"]
     _healthy(live)
 
 
