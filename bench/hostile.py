@@ -146,7 +146,8 @@ def _fifo_playlists(server: Server, d: Path, timeout: float) -> str:
 
     def one() -> str:
         files = {"file": ("a.mp3", data)}
-        return _post(server, "/v1/audio/transcriptions", timeout, files=files, data={"model": "w"})
+        form = {"model": "whisper-1"}
+        return _post(server, "/v1/audio/transcriptions", timeout, files=files, data=form)
 
     return _many(40, one)
 
@@ -309,11 +310,13 @@ def run_case(case: Case, checkout: Path | None, timeout: float) -> None:
             time.sleep(1.0)
             idle = server.rss_mib()
             with Watch(server) as watch:
+                t0 = time.monotonic()
                 got = case.run(server, d, timeout)
+                took = time.monotonic() - t0
                 time.sleep(0.5)
             alive = "alive" if server.alive else "DEAD"
             print(f"row {case.row:>2} | {case.name}")
-            print(f"       got: {got}")
+            print(f"       got ({took:.1f} s): {got}")
             print(
                 f"       {watch.summary()}; RSS peak +{watch.rss_peak - idle:.0f} MiB over "
                 f"{idle:.0f} MiB idle; server {alive}",
