@@ -27,7 +27,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from llamactl.core.errors import AudioDecodeError, AudioTooLongError
+from llamactl.core.errors import AudioDecodeError, AudioTooLongError, FileRefusedError
+from llamactl.core.files import open_regular
 
 from .pcm import resample, to_float32
 
@@ -143,17 +144,13 @@ def read_audio(
 
 def _read_file(path: Path) -> bytes:
     """A regular file's bytes; anything else (a FIFO, a device) is refused without blocking."""
-    import os
-    import stat
-
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open_regular(path) as f:
+            return f.read()
+    except FileRefusedError:
+        raise AudioDecodeError(f"{path} is not a regular file") from None
     except OSError as exc:
         raise AudioDecodeError(f"could not open {path}: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise AudioDecodeError(f"{path} is not a regular file")
-        return f.read()
 
 
 def _read_wav(buf: BinaryIO, max_seconds: float | None) -> tuple[np.ndarray, int]:
