@@ -571,6 +571,15 @@ class Settings:
         Flag(_GPU),
         Weights("use_mmap"),
     ] = True
+    repack: Annotated[
+        bool,
+        Field(
+            description="Repack weights for llama.cpp's faster CPU kernels (llama.cpp's default;"
+            " outputs then vary with batching: off keeps them exact)."
+        ),
+        Flag(_GPU),
+        Weights("repack"),
+    ] = False
     kv_unified: Annotated[
         bool,
         Field(description="One KV buffer for all slots (outputs then vary with load)."),

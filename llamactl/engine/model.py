@@ -69,6 +69,10 @@ class ModelLoad:
     use_mmap: bool = True
     use_mlock: bool = False
     rpc_servers: tuple[str, ...] = ()  # other hosts' rpc-server, registered before loading
+    # llama.cpp's CPU weight repacking (Q4_0, Q4_K, IQ4_NL... into interleaved blocks): its
+    # kernels take 4 rows at a time and a lone row another way, so a row's logits would
+    # depend on how many rows its batch holds. Off: the engine's exactness (docs/engine.md).
+    repack: bool = False
 
 
 def gpu_offload_supported() -> bool:
@@ -103,6 +107,7 @@ def model_params(
         split = (ctypes.c_float * n)(*load.tensor_split)
         params.tensor_split = ctypes.cast(split, ctypes.POINTER(ctypes.c_float))
     params.vocab_only = vocab_only
+    params.use_extra_bufts = load.repack
     return params, split
 
 
