@@ -22,7 +22,14 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-__all__ = ["FIM_MARKERS", "RANK_WORDS", "build_audio_mmproj", "build_fim_copy", "build_rank_bert"]
+__all__ = [
+    "FIM_MARKERS",
+    "RANK_WORDS",
+    "build_audio_mmproj",
+    "build_fim_copy",
+    "build_moe_copy",
+    "build_rank_bert",
+]
 
 RANK_WORDS = ["machine", "learning", "is", "the", "paris", "city", "data", "which"]
 
@@ -194,4 +201,55 @@ def build_audio_mmproj(path: Path, *, text_hidden: int, seed: int = 0) -> Path:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return path
+
+
+def build_moe_copy(source: Path, path: Path, *, n_expert: int = 4, n_used: int = 2) -> Path:
+    """A Mixtral-style mixture of experts made from a dense `llama` GGUF (the synthetic
+    `llama` chat example): each layer's feed-forward becomes `n_expert` perturbed copies of
+    itself behind a random router (`ffn_gate_inp`), `n_used` experts a token. llama.cpp loads
+    it as a MoE (`llama.expert_count`) and routes every token for real."""
+    reader = gguf.GGUFReader(source)
+    arch = str(reader.fields["general.architecture"].contents())
+    rng = np.random.default_rng(5)
+    tensors: list[tuple[str, np.ndarray, gguf.GGMLQuantizationType]] = []
+    for t in reader.tensors:
+        base, _, kind = t.name.rpartition(".ffn_")
+        data = np.asarray(t.data)
+        if kind in ("gate.weight", "up.weight", "down.weight"):
+            experts = np.stack(
+                [
+                    (data.astype(np.float32) * rng.uniform(0.5, 1.5, data.shape)).astype(data.dtype)
+                    for _ in range(n_expert)
+                ]
+            )
+            tensors.append((f"{base}.ffn_{kind.split('.')[0]}_exps.weight", experts, t.tensor_type))
+            if kind == "gate.weight":
+                router = rng.normal(0, 0.5, (n_expert, data.shape[1])).astype(np.float32)
+                tensors.append(
+                    (f"{base}.ffn_gate_inp.weight", router, gguf.GGMLQuantizationType.F32)
+                )
+        else:
+            tensors.append((t.name, data, t.tensor_type))
+    tmp = path.with_name(path.name + ".tmp")
+    w = gguf.GGUFWriter(str(tmp), arch)
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        value_type = field.types[0]
+        if value_type == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(key, field.contents(), value_type, sub_type=field.types[-1])
+        else:
+            w.add_key_value(key, field.contents(), value_type)
+    w.add_uint32(f"{arch}.expert_count", n_expert)
+    w.add_uint32(f"{arch}.expert_used_count", n_used)
+    for name, data, kind in tensors:
+        w.add_tensor_info(name, data.shape, data.dtype, data.nbytes, kind)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for _, data, _ in tensors:
+        w.write_tensor_data(data)
+    w.close()
+    tmp.replace(path)
     return path

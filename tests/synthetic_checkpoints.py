@@ -13,6 +13,7 @@ Shared for a whole session: `cached(tmp_path_factory, "lfm2-d1", bf16=True)`.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,7 @@ __all__ = [
     "read_tensor",
     "tokenizer_files",
     "vocab_size",
+    "write_chat_copy",
     "write_torch_file",
     "write_trunk_copy",
 ]
@@ -101,3 +103,20 @@ def write_trunk_copy(src: Path, dst: Path) -> list[str]:
     plan = trunk_plan(decision_type, [t.name for t in info.tensors], info.metadata)
     write_trunk(info, plan, dst, progress=False)
     return list(plan.head)
+
+
+def write_chat_copy(src: Path, dst: Path) -> Path:
+    """The decision GGUF's trunk as a plain chat model: no head, no decision keys."""
+    info = read_gguf_info(src)
+    arch = info.architecture
+    plan = trunk_plan(
+        info.get(f"{arch}.decision.type"), [t.name for t in info.tensors], info.metadata
+    )
+    decision = tuple(k for k in info.metadata if ".decision." in k or k.startswith("decision."))
+    plan = dataclasses.replace(
+        plan,
+        drop_keys=plan.drop_keys + decision,
+        overrides={k: v for k, v in plan.overrides.items() if k not in decision},
+    )
+    write_trunk(info, plan, dst, progress=False)
+    return dst

@@ -13,7 +13,6 @@ seeded samples, for concurrency).
 from __future__ import annotations
 
 import base64
-import dataclasses
 import struct
 import threading
 import zlib
@@ -22,16 +21,15 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from llamactl.converters import convert, trunk_plan
+from llamactl.converters import convert
 from serverkit import hermetic_settings, serve_app
-from synthetic_checkpoints import cached
+from synthetic_checkpoints import cached, write_chat_copy
 from typer.testing import CliRunner
 
 from llamactl.cli.main import app
 from llamactl.core.errors import InvalidRequestError, ModelLoadError
 from llamactl.core.gguf_info import read_gguf_info
 from llamactl.engine.chat.model import ChatModel, ChatRequest
-from llamactl.engine.decision.trunk import write_trunk
 from llamactl.engine.engine import Engine, EngineConfig
 from llamactl.engine.media_prompt import MediaInput
 from llamactl.engine.model import Model
@@ -66,23 +64,6 @@ def data_url(image: bytes) -> str:
 
 
 IMG1, IMG2 = png(64, 48, 1), png(64, 48, 2)
-
-
-def write_chat_copy(src: Path, dst: Path) -> Path:
-    """The decision GGUF's trunk as a plain chat model: no head, no decision keys."""
-    info = read_gguf_info(src)
-    arch = info.architecture
-    plan = trunk_plan(
-        info.get(f"{arch}.decision.type"), [t.name for t in info.tensors], info.metadata
-    )
-    decision = tuple(k for k in info.metadata if ".decision." in k or k.startswith("decision."))
-    plan = dataclasses.replace(
-        plan,
-        drop_keys=plan.drop_keys + decision,
-        overrides={k: v for k, v in plan.overrides.items() if k not in decision},
-    )
-    write_trunk(info, plan, dst, progress=False)
-    return dst
 
 
 def chat_trunk(factory, family: str) -> Path:
