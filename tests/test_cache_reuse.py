@@ -56,4 +56,4 @@ def test_a_removed_middle_chunk_reuses_the_rest(model) -> None:
     assert off_text == cold_text  # off: exact, the prefix alone is reused
     assert on_cached >= off_cached + tail_tokens - 4
     assert "bell" in cold_text.lower() and "bell" in on_text.lower()  # inexact, but sensible
-    assert off2_cached == off_cached
+    assert off2_cached <= len(model.tokenize(HEAD))  # the shared prefix at most, nothing moved

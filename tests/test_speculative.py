@@ -8,6 +8,7 @@ import pytest
 from llamactl.core.errors import InvalidRequestError
 from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
 from llamactl.engine.model import Model
+from llamactl.engine.prompt_chunks import MAX_REDO
 from llamactl.engine.speculative import (
     NgramCache,
     NgramMod,
@@ -274,7 +275,9 @@ def test_the_draft_models_sequence_travels_with_a_cached_state(model):
         assert entry.draft_state is not None and entry.draft_tokens
         follow = ps[0] + list(first.token_ids[:-1])
         again = run(eng, follow)
-        assert again.usage.cached_tokens == len(follow) - 1
+        # the state comes back from the cache; the answer's rows (made row by row) and enough
+        # before them for a tiled chunk are decoded again, as cold (prompt_chunks.py)
+        assert again.usage.cached_tokens >= len(follow) - 1 - MAX_REDO
         assert eng.cache.stats.restores == 1
         drafter = eng.speculators[0]
         assert drafter.tokens[0][: len(entry.draft_tokens) - 8] == entry.draft_tokens[:-8]

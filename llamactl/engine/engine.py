@@ -45,6 +45,7 @@ from .lora import LoraSet
 from .model import Model
 from .output import OutputProcessor
 from .prompt_cache import PromptCache
+from .prompt_chunks import EXACT_PIECE, add_rows, chunk_rows, exact_resume
 from .requests import EngineConfig, EngineStats, GenerationRequest, ReasoningSpec
 from .sampling import SamplerChain, check_grammar
 from .seq_store import SeqStore, SlotFileResult, SlotFiles
@@ -71,9 +72,6 @@ __all__ = [
 
 log = logging.getLogger("llamactl.engine")
 
-# Rows of one sequence in a ubatch from which ggml's CPU flash attention switches to another
-# kernel (measured: 63 rows give the logits of 63 single-row decodes, 64 do not).
-EXACT_PIECE = 64
 # KV types whose lone rows ggml computes by another kernel: the engine gives them companions
 SPLIT_KERNEL_KV = ("f16",)
 
@@ -158,6 +156,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         # multiple of 256, so a --ctx-size below that is kept as a limit of its own
         self.n_ctx_slot = min(self.n_ctx_seq - held, _asked_slot_ctx(config) or self.n_ctx_seq)
         self._row_budget = self.n_batch - (config.n_parallel if self._companions else 0)
+        # a tiled chunk is decoded alone: llama.cpp must not cut it into smaller micro-batches
+        self._chunk_budget = min(self._row_budget, self.n_ubatch)
         self._checkpoints = not self._can_trim and config.ctx_checkpoints > 0
         cache_mib = config.cache_ram_mib
         if cache_mib is None:  # decision states seldom repeat: off unless asked for
@@ -577,6 +577,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             lcp = n_reuse = 0
         elif req.media is not None:  # a media chunk is kept whole or decoded again, never moved
             lcp, n_reuse = req.media.floor(lcp), 0
+        if self._split_kernels and lcp and not n_reuse:  # rows as a cold run makes them
+            lcp = exact_resume(lcp, len(req.prompt), parent.tiled_rows, req.media)
         keep = self.memory.reuse_prefix(parent, req.prompt, lcp, n_reuse)
         now = time.perf_counter()
         slots = [parent]
@@ -678,11 +680,11 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
                     media_job = media_job or (slot, span)
                     continue
                 end = min(end, media.next_start(slot.prompt_pos) or end)
-            need = min(end - slot.prompt_pos, self._row_budget)
-            if self._split_kernels and need >= EXACT_PIECE and end == len(slot.job_request.prompt):
-                # the prompt's last row on its own, as a warm rerun of this prompt decodes it:
-                # the same request answers alike whether its prefix is cached or not
-                need -= 1
+            if self._split_kernels:  # the same rows tiled, cold or warm (prompt_chunks.py)
+                n_prompt = len(slot.job_request.prompt)
+                need = chunk_rows(slot.prompt_pos, end, n_prompt, self._chunk_budget)
+            else:
+                need = min(end - slot.prompt_pos, self._row_budget)
             if need >= EXACT_PIECE:
                 if big is None:
                     big = (slot, need)
@@ -773,6 +775,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         for slot, take in prompt_chunks:
             prompt = slot.job_request.prompt
             slot.kv_tokens.extend(prompt[slot.prompt_pos : slot.prompt_pos + take])
+            if take >= EXACT_PIECE and slot.tiled_rows is not None:
+                add_rows(slot.tiled_rows, slot.prompt_pos, slot.prompt_pos + take)
             slot.prompt_pos += take
             self.stats.prompt_tokens_processed += take
             self._report_progress(slot)

@@ -14,6 +14,7 @@ import llama_cpp
 
 from ._backend import memory_of
 from .prompt_cache import CacheEntry, Checkpoint, PromptCache, common_prefix, load_seq, save_seq
+from .prompt_chunks import cut_rows
 from .requests import EngineConfig, EngineStats, GenerationRequest
 from .slot import Slot
 from .speculative import DraftModel
@@ -49,6 +50,7 @@ class SlotMemory:
     def trim(self, slot: Slot, n: int) -> None:
         """Drop the slot's KV from position `n` on (rejected drafts, companion rows)."""
         llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, n, -1)
+        slot.tiled_rows = cut_rows(slot.tiled_rows, n)
 
     def pick(
         self, slots: list[Slot], prompt: list[int], use_cache: bool, wanted: int | None = None
@@ -93,6 +95,7 @@ class SlotMemory:
         empty.kv_tokens = list(similar.kv_tokens)
         empty.answer_from = similar.answer_from
         empty.checkpoints = list(similar.checkpoints)
+        empty.tiled_rows = cut_rows(similar.tiled_rows, len(similar.kv_tokens))
         log.debug("slot %d: took a copy of slot %d's KV, left whole", empty.seq_id, similar.seq_id)
         return empty
 
@@ -124,6 +127,7 @@ class SlotMemory:
         if state is None:
             return
         entry = CacheEntry(list(slot.kv_tokens), state, cache.layout, list(slot.checkpoints))
+        entry.tiled_rows = cut_rows(slot.tiled_rows, n)
         drafter = self.drafter
         if drafter is not None and drafter.tokens[slot.seq_id]:
             entry.draft_state = save_seq(drafter.ctx, slot.seq_id)
@@ -154,6 +158,7 @@ class SlotMemory:
             return 0
         slot.kv_tokens = list(entry.tokens)
         slot.checkpoints = list(entry.checkpoints)
+        slot.tiled_rows = cut_rows(entry.tiled_rows, len(entry.tokens))
         drafter = self.drafter
         if drafter is not None and entry.draft_state is not None:
             drafter.clear(slot.seq_id)
@@ -222,6 +227,7 @@ class SlotMemory:
                 self.clear(slot)
                 return 0
             del slot.kv_tokens[keep:]
+            slot.tiled_rows = cut_rows(slot.tiled_rows, keep)
         return keep
 
     def shift_chunks(self, slot: Slot, prompt: list[int], n_past: int, min_chunk: int) -> int:
@@ -250,6 +256,7 @@ class SlotMemory:
                         self._mem, seq, head_c, head_c + n, head_p - head_c
                     )
                     cached[head_p : head_p + n] = cached[head_c : head_c + n]
+                    slot.tiled_rows = None  # moved rows: which kernel made them, no longer known
                     self.stats.cache_reuse_shifted += n
                 head_c += n
                 head_p += n
@@ -285,6 +292,7 @@ class SlotMemory:
         slot.kv_tokens = []
         slot.answer_from = None
         slot.checkpoints = []
+        slot.tiled_rows = []
         slot.saveable = False
 
     def holds(self, slot: Slot, n_tokens: int) -> bool:
@@ -318,12 +326,14 @@ class SlotMemory:
         slot.kv_tokens = []
         slot.answer_from = None
         slot.checkpoints = []
+        slot.tiled_rows = []
         slot.saveable = False
 
     def fork(self, parent: Slot, child: Slot, now: float) -> None:
         """Give a child a copy of the parent's decoded prompt (decoded once, shared)."""
         llama_cpp.llama_memory_seq_cp(self._mem, parent.seq_id, child.seq_id, -1, -1)
         child.kv_tokens = list(parent.kv_tokens)
+        child.tiled_rows = cut_rows(parent.tiled_rows, len(parent.kv_tokens))
         child.prompt_pos = parent.prompt_pos
         child.t_prompt_done = now
         child.state = "generating"

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import llama_cpp
 
+from .prompt_chunks import Rows
+
 MIB = 1024 * 1024
 
 
@@ -39,6 +41,7 @@ class CacheEntry:
     checkpoints: list[Checkpoint] = field(default_factory=list)
     draft_state: ctypes.Array | None = None  # the draft model's sequence, when there is one
     draft_tokens: list[int] = field(default_factory=list)
+    tiled_rows: Rows | None = None  # as Slot.tiled_rows (None: not known)
     created: float = field(default_factory=time.monotonic)
 
     @property

@@ -101,6 +101,7 @@ class SeqStore:
         slot.kv_tokens = list(snap.tokens)
         slot.answer_from = None  # a restored file: any cut of it is a loss
         slot.checkpoints = list(snap.checkpoints)
+        slot.tiled_rows = None  # not recorded in the file
         slot.saveable = memory.cache is not None
         slot.last_used = time.perf_counter()
 

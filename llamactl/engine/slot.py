@@ -7,6 +7,7 @@ from typing import Literal, TypeVar
 
 from .detokenize import IncrementalDetokenizer
 from .prompt_cache import Checkpoint
+from .prompt_chunks import Rows
 from .requests import GenerationRequest
 from .sampling import SamplerChain
 from .speculative import SeqState
@@ -29,6 +30,9 @@ class Slot:
         self.state: SlotState = "idle"
         self.kv_tokens: list[int] = []  # exactly what the KV cache holds for this sequence
         self.checkpoints: list[Checkpoint] = []  # partial states, oldest first
+        # the KV rows ggml's tiled attention kernel computed (prompt_chunks.py; None: not
+        # known, a state put back from a file)
+        self.tiled_rows: Rows | None = []
         self.saveable = False  # the KV is a finished completion's, not yet offered to the cache
         # where that completion's answer starts in kv_tokens (None: not a finished completion)
         self.answer_from: int | None = None
