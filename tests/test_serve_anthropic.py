@@ -640,3 +640,93 @@ def test_chat_request_uses_anthropic_fields(server):
     assert chat.stop == ("x", "y") and chat.max_tokens == 9
     assert chat.sampling.top_k == 5 and chat.sampling.top_p == 0.5
     assert chat.sampling.greedy
+
+
+def test_system_messages_among_the_turns_map_to_the_system_prompt_or_the_user_side():
+    """Claude Code 2.1 sends `role: "system"` inside `messages` (after the first user turn)."""
+    req = CountTokensRequest.model_validate(
+        {
+            "model": "m",
+            "system": "Be brief.",
+            "messages": [
+                {"role": "system", "content": "Leading instructions."},
+                {"role": "user", "content": "Hello"},
+                {"role": "system", "content": [{"type": "text", "text": "A reminder."}]},
+                {"role": "assistant", "content": "Hi."},
+                {"role": "system", "content": "Another reminder."},
+                {"role": "user", "content": "Bye"},
+            ],
+        }
+    )
+    assert chat_messages(req) == [
+        {"role": "system", "content": "Be brief.\n\nLeading instructions."},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Hello"}, {"type": "text", "text": "A reminder."}],
+        },
+        {"role": "assistant", "content": "Hi."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Another reminder."},
+                {"type": "text", "text": "Bye"},
+            ],
+        },
+    ]
+    bad = CountTokensRequest.model_validate(
+        {
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "Hi"},
+                {"role": "system", "content": [{"type": "tool_use", "id": "t", "name": "x"}]},
+            ],
+        }
+    )
+    with pytest.raises(APIError) as err:
+        chat_messages(bad)
+    assert err.value.status == 400 and "messages.1.content.0" in err.value.message
+
+
+BILLING = "x-anthropic-billing-header: cc_version=2.1.197.{stamp}; cc_entrypoint=cli; cch={cch};"
+
+
+def claude_code_request(stamp: str, question: str) -> dict:
+    """The shape of Claude Code 2.1's requests: the billing line as the first system block
+    (its stamp changes with each session), the instructions after it, a system message among
+    the turns."""
+    return {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 8,
+        "temperature": 0,
+        "system": [
+            {"type": "text", "text": BILLING.format(stamp=stamp, cch=stamp[::-1])},
+            {
+                "type": "text",
+                "text": "You are Claude Code, a coding agent. "
+                + "Follow the repository's conventions and keep answers short. " * 6,
+                "cache_control": {"type": "ephemeral"},
+            },
+        ],
+        "messages": [
+            {"role": "user", "content": question},
+            {"role": "system", "content": "<system-reminder>It is 2026-12-05.</system-reminder>"},
+        ],
+    }
+
+
+def test_billing_line_is_dropped_so_sessions_share_the_cache(server):
+    req = CountTokensRequest.model_validate(claude_code_request("a1b", "Hi"))
+    system = chat_messages(req)[0]["content"]
+    assert system.startswith("You are Claude Code") and "billing" not in system
+    first = httpx.post(
+        server.url + "/v1/messages", json=claude_code_request("7f3", "Name a prime."), timeout=60
+    )
+    assert first.status_code == 200, first.text
+    again = httpx.post(
+        server.url + "/v1/messages", json=claude_code_request("c09", "Name a prime."), timeout=60
+    )
+    assert again.status_code == 200, again.text
+    usage = again.json()["usage"]
+    # a new session (another stamp) reuses the whole prompt but its last token
+    assert usage["input_tokens"] <= 1 and usage["cache_read_input_tokens"] > 50
+    assert again.json()["content"] == first.json()["content"]

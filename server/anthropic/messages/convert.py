@@ -3,7 +3,10 @@
 Chat templates are written for OpenAI-shaped messages, so Anthropic's blocks are mapped onto
 them: `tool_result` blocks become `tool` messages placed before the rest of their user turn,
 `tool_use` blocks become `tool_calls`, and `thinking` blocks become `reasoning_content`
-(redacted thinking is opaque and dropped).
+(redacted thinking is opaque and dropped). `system` messages among the turns join the system
+prompt when they lead, else the user's side of the conversation (templates take one system
+message, first). Claude Code's billing line is dropped from system text: it carries a stamp
+that changes with every session and would defeat the prompt cache.
 """
 
 from __future__ import annotations
@@ -164,18 +167,73 @@ def _assistant_turn(i: int, message: MessageParam, tool_names: dict[str, str]) -
     return out
 
 
+BILLING_HEADER = "x-anthropic-billing-header:"
+
+
+def _instructions(texts: list[str]) -> list[str]:
+    """System texts without Claude Code's billing line (`x-anthropic-billing-header:
+    cc_version=2.1.197.<stamp>; cc_entrypoint=cli; cch=…;`): metadata for Anthropic's
+    billing, new with every session, that would make each one's prompt differ from its first
+    line on (vLLM, SGLang and Ollama drop it as well; llama-server blanks its `cch=`)."""
+    out = []
+    for text in texts:
+        lines = text.split("\n")
+        kept = [ln for ln in lines if not ln.lstrip().lower().startswith(BILLING_HEADER)]
+        if len(kept) < len(lines):
+            text = "\n".join(kept).strip("\n")
+        if text.strip():
+            out.append(text)
+    return out
+
+
+def _system_turn(i: int, message: MessageParam) -> list[str]:
+    texts = []
+    for j, block in enumerate(message.content):
+        where = f"messages.{i}.content.{j}"
+        if isinstance(block, TextBlockParam):
+            texts.append(block.text)
+        elif isinstance(block, UnsupportedBlockParam):
+            raise _unsupported(where, block)
+        else:
+            raise _misplaced(where, block.type, "system")
+    return _instructions(texts)
+
+
+def _as_parts(content: str | list[dict[str, Any]]) -> list[str | dict[str, Any]]:
+    if isinstance(content, str):
+        return [content] if content else []
+    return [p["text"] if p.get("type") == "text" else p for p in content]
+
+
 def chat_messages(req: CountTokensRequest) -> list[dict[str, Any]]:
     """The conversation as the chat layer takes it, system prompt first."""
+    system = _instructions([block.text for block in req.system or ()])
     out: list[dict[str, Any]] = []
-    if req.system:
-        system = "\n\n".join(block.text for block in req.system)
-        out.append({"role": "system", "content": system})
     tool_names: dict[str, str] = {}
     for i, message in enumerate(req.messages):
-        if message.role == "user":
-            out.extend(_user_turn(i, message, tool_names))
+        if message.role == "system":
+            texts = _system_turn(i, message)
+            if not out:  # before any turn: part of the system prompt
+                system.extend(texts)
+            elif texts:  # among the turns: on the user's side, beside the user's own text
+                if out[-1]["role"] == "user":
+                    parts = _as_parts(out[-1]["content"]) + list(texts)
+                    out[-1]["content"] = _text_parts(parts)
+                else:
+                    out.append({"role": "user", "content": _text_parts(list(texts))})
+        elif message.role == "user":
+            turn = _user_turn(i, message, tool_names)
+            if out and out[-1]["role"] == "user" and turn[0]["role"] == "user":
+                # a user turn after instructions that went to the user's side: one message
+                out[-1]["content"] = _text_parts(
+                    _as_parts(out[-1]["content"]) + _as_parts(turn[0]["content"])
+                )
+                turn = turn[1:]
+            out.extend(turn)
         else:
             out.append(_assistant_turn(i, message, tool_names))
+    if system:
+        out.insert(0, {"role": "system", "content": "\n\n".join(system)})
     return out
 
 

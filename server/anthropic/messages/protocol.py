@@ -117,7 +117,8 @@ ContentBlockParam = Annotated[
 
 
 class MessageParam(_Lenient):
-    role: Literal["user", "assistant"]
+    # "system": instructions among the turns (Claude Code sends one after the first user turn)
+    role: Literal["user", "assistant", "system"]
     content: list[ContentBlockParam]
 
     _blocks = field_validator("content", mode="before")(_as_blocks)
