@@ -1,8 +1,10 @@
 """Server-sent events: framing, idle pings, and cancelling generation when the client leaves.
 
-A ping is the SSE comment `:\\n\\n`, written whenever nothing was sent for `ping_interval`
-seconds (prompt processing included). Starlette cancels the body iterator when the client
-disconnects; `on_close` then cancels the engine stream so its slot is freed within a step.
+A ping is the SSE comment `:\\n\\n` (or the API's own keep-alive event: Anthropic's `ping`,
+which clients' stream watchdogs count and comments do not), written whenever nothing was sent
+for `ping_interval` seconds (prompt processing included). Starlette cancels the body iterator
+when the client disconnects; `on_close` then cancels the engine stream so its slot is freed
+within a step.
 """
 
 from __future__ import annotations
@@ -60,8 +62,10 @@ class _Outbox:
         return frames[0] if len(frames) == 1 else "".join(frames)
 
 
-async def with_pings(source: AsyncIterator[str], interval: float | None) -> AsyncIterator[str]:
-    """Yield the source's frames, several ready at once joined into one, and a ping after
+async def with_pings(
+    source: AsyncIterator[str], interval: float | None, ping: str = PING
+) -> AsyncIterator[str]:
+    """Yield the source's frames, several ready at once joined into one, and `ping` after
     every `interval` seconds of silence (prompt processing included)."""
     loop = asyncio.get_running_loop()
     box = _Outbox(loop.time())
@@ -83,7 +87,7 @@ async def with_pings(source: AsyncIterator[str], interval: float | None) -> Asyn
         assert interval is not None
         idle = loop.time() - box.last
         if idle >= interval and not box.frames and not box.ended:
-            box.put(PING, loop.time())
+            box.put(ping, loop.time())
             idle = 0.0
         timer = loop.call_later(max(interval - idle, 0.0), ping_due)
 
@@ -117,12 +121,13 @@ def sse_response(
     frames: AsyncIterator[str],
     *,
     ping_interval: float | None,
+    ping: str = PING,
     on_close: Callable[[], None] | None = None,
     headers: dict[str, str] | None = None,
 ) -> StreamingResponse:
     async def body() -> AsyncIterator[str]:
         try:
-            async for frame in with_pings(frames, ping_interval):
+            async for frame in with_pings(frames, ping_interval, ping):
                 yield frame
         finally:
             if on_close is not None:

@@ -730,3 +730,24 @@ def test_billing_line_is_dropped_so_sessions_share_the_cache(server):
     # a new session (another stamp) reuses the whole prompt but its last token
     assert usage["input_tokens"] <= 1 and usage["cache_read_input_tokens"] > 50
     assert again.json()["content"] == first.json()["content"]
+
+
+def test_a_long_prefill_is_kept_alive_with_ping_events(server):
+    """Claude Code's stream watchdog counts events, not SSE comments: the keep-alive during a
+    long prompt is Anthropic's `ping` event."""
+    story = " ".join(f"Line {i}: the keeper lit the lamp and watched the sea." for i in range(250))
+    body = body_for(
+        server,
+        stream=True,
+        max_tokens=2,
+        sse_ping_interval=1,
+        messages=[{"role": "user", "content": story}],
+    )
+    with httpx.stream("POST", server.url + "/v1/messages", json=body, timeout=300) as r:
+        raw = r.read().decode()
+    assert ":\n\n" not in raw.replace("data: ", "")  # no comment frame
+    names = [n for n, _ in sse_events(raw)]
+    first_block = names.index("content_block_start")
+    assert names[:2] == ["message_start", "ping"]
+    assert names[2:first_block].count("ping") >= 1  # the prefill took over a second
+    assert set(names[2:first_block]) == {"ping"}

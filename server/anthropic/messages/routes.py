@@ -12,6 +12,7 @@ from ...prepare import PreparedBodyRoute, off_loop
 from ...sse import sse_response
 from .protocol import CountTokensRequest, CountTokensResponse, Message, MessagesRequest
 from .serving import (
+    PING_EVENT,
     chat_request,
     message_unless_disconnected,
     prompt_request,
@@ -45,7 +46,8 @@ async def create_message(body: MessagesRequest, request: Request) -> Message | S
         state.unregister(reply.id, stream)
 
     if body.stream:
-        return sse_response(stream_frames(stream, reply), ping_interval=interval, on_close=release)
+        frames = stream_frames(stream, reply)
+        return sse_response(frames, ping_interval=interval, ping=PING_EVENT, on_close=release)
     try:
         return await message_unless_disconnected(stream, reply, request)
     finally:

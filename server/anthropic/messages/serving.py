@@ -170,11 +170,16 @@ def _frames(events: list[dict[str, Any]]) -> list[str]:
     return [event_frame(event["type"], event) for event in events]
 
 
+# Anthropic's keep-alive: an event, not an SSE comment (Claude Code's stream watchdog ignores
+# comments and aborts a long prefill without it)
+PING_EVENT = event_frame("ping", {"type": "ping"})
+
+
 async def stream_frames(events: AsyncIterable[Any], reply: Reply) -> AsyncIterator[str]:
     """SSE frames: message_start, a ping, the blocks, message_delta, message_stop. An error
     after the first frame is sent as an `error` event, which ends the stream."""
     yield event_frame("message_start", _message_start(reply))
-    yield event_frame("ping", {"type": "ping"})
+    yield PING_EVENT
     builder = reply.builder()
     try:
         async for event in events:
