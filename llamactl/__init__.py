@@ -23,6 +23,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "llamactl.core.errors": tuple(_errors.__all__),
     "llamactl.core.files": ("atomic_output", "open_regular"),
     "llamactl.core.gguf_info": ("GGUFInfo", "read_gguf_info"),
+    "llamactl.core.paths": ("cache_dir", "state_dir"),
     "llamactl.core.repetition": ("REPEATING_NOTE", "RepetitionGuard"),
     "llamactl.engine": tuple(_engine.__all__),
 }
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from llamactl.core.errors import *  # noqa: F403
     from llamactl.core.files import atomic_output, open_regular
     from llamactl.core.gguf_info import GGUFInfo, read_gguf_info
+    from llamactl.core.paths import cache_dir, state_dir
     from llamactl.core.repetition import REPEATING_NOTE, RepetitionGuard
     from llamactl.engine import *  # noqa: F403
 
@@ -44,8 +46,10 @@ __all__ = [
     "GGUFInfo",
     "RepetitionGuard",
     "atomic_output",
+    "cache_dir",
     "open_regular",
     "read_gguf_info",
+    "state_dir",
 ]
 __all__ += _errors.__all__
 __all__ += _engine.__all__

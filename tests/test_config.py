@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from llamactl import paths
 from llamactl.config import (
     SETTING_NAMES,
     Settings,
@@ -16,6 +15,7 @@ from llamactl.config import (
     load_settings,
     physical_cores,
 )
+from llamactl.core import paths
 from llamactl.core.errors import ConfigError
 
 

@@ -18,8 +18,7 @@ from typing import Any
 
 import httpx
 
-from llamactl import LocalServerError
-from llamactl.paths import state_dir
+from llamactl import LocalServerError, state_dir
 
 LOG_NAME = "tui-server.log"
 HOST = "127.0.0.1"

@@ -470,9 +470,9 @@ def _enable_line_editing() -> Callable[[], None]:
         import readline
     except ImportError:  # pragma: no cover - Windows without pyreadline
         return lambda: None
-    from llamactl import paths
+    from llamactl import state_dir
 
-    history = paths.state_dir() / "chat_history"
+    history = state_dir() / "chat_history"
     with contextlib.suppress(OSError):
         readline.read_history_file(history)
     readline.set_history_length(1000)

@@ -20,7 +20,7 @@ from pydantic.dataclasses import dataclass as settings_dataclass
 from pydantic.dataclasses import is_pydantic_dataclass
 from pydantic.fields import FieldInfo
 
-from llamactl import paths
+from llamactl.core import paths
 from llamactl.core.endpoints import check_host_port
 from llamactl.core.errors import ConfigError
 from llamactl.engine.limits import DEFAULT_SLOT_CTX, MAX_DRAFT, physical_cores

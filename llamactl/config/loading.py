@@ -21,7 +21,7 @@ from typing import Any
 import annotated_types
 from pydantic import ValidationError
 
-from llamactl import paths
+from llamactl.core import paths
 from llamactl.core.errors import ConfigError
 
 from .fields import SETTING_NAMES, Settings, Source, setting_fields

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from llamactl.core.errors import ModelNotFoundError
-from llamactl.paths import cache_dir
+from llamactl.core.paths import cache_dir
 
 __all__ = ["SMART_TURN_FILE", "SmartTurn", "fetch_model", "find_model"]
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from llamactl.core.errors import ModelLoadError, ModelNotFoundError
 from llamactl.core.files import atomic_output
-from llamactl.paths import cache_dir
+from llamactl.core.paths import cache_dir
 
 from .pcm import resample, to_float32
 from .transcriber import Transcriber

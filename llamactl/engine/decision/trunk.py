@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from llamactl import paths
+from llamactl.core import paths
 from llamactl.core.decision_heads import TrunkPlan
 from llamactl.core.errors import ModelLoadError
 from llamactl.core.gguf_info import (
