@@ -37,7 +37,7 @@ _TYPES = {
 # Anthropic's names for the same conditions
 _ANTHROPIC_TYPES = {
     "invalid_request_error": "invalid_request_error",
-    "exceed_context_size_error": "invalid_request_error",
+    "exceed_context_size_error": "invalid_request_error",  # OVERFLOW
     "authentication_error": "authentication_error",
     "permission_error": "permission_error",
     "not_found_error": "not_found_error",
@@ -92,12 +92,46 @@ def error_body(
     A message quoting the client's input may hold a lone surrogate (a `"\\ud800"` that
     json.loads let through); it is written as its escape, since it cannot be UTF-8."""
     message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    overflow = type_ == OVERFLOW and details is not None and "n_ctx" in details
     if is_anthropic_path(path):
+        if overflow:
+            assert details is not None
+            message = anthropic_overflow(details["n_prompt_tokens"], details["n_ctx"])
         return {
             "type": "error",
             "error": {"type": _ANTHROPIC_TYPES.get(type_, type_), "message": message},
         }
+    if overflow and path.startswith(_OPENAI_PATHS):
+        assert details is not None
+        message = openai_overflow(details["n_prompt_tokens"], details["n_ctx"])
+        # OpenAI's code, which agents read to compact their history; llama-server's type
+        return {
+            "error": {"code": "context_length_exceeded", "message": message, "type": type_}
+            | {"param": "messages", **details}
+        }
     return {"error": {"code": status, "message": message, "type": type_, **(details or {})}}
+
+
+OVERFLOW = "exceed_context_size_error"
+# OpenAI's APIs (llama-server's own endpoints keep its body: `code` 400 and its message)
+_OPENAI_PATHS = ("/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions")
+_OPENAI_PATHS += ("/v1/responses", "/responses")
+_RAISE_IT = "raise --ctx-size or serve fewer --parallel slots"
+
+
+def anthropic_overflow(n_prompt: int, n_ctx: int) -> str:
+    """Anthropic's words for a prompt over the context, which Claude Code reads to compact."""
+    return f"prompt is too long: {n_prompt} tokens > {n_ctx} maximum ({_RAISE_IT})"
+
+
+def openai_overflow(n_prompt: int, n_ctx: int) -> str:
+    """OpenAI's words for it (agents match "maximum context length") and llama-server's
+    ("exceeds the available context size"), so every client recognises it."""
+    return (
+        f"This model's maximum context length is {n_ctx} tokens. However, your request has "
+        f"{n_prompt} tokens. Please reduce the length of the messages. Request ({n_prompt} "
+        f"tokens) exceeds the available context size ({n_ctx} tokens): {_RAISE_IT}"
+    )
 
 
 def error_response(

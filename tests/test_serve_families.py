@@ -220,3 +220,41 @@ def test_anthropic_sdk_stream_matches_the_whole_reply(live):
         final = stream.get_final_message()
     assert streamed == "".join(b.text for b in whole.content if b.type == "text")
     assert final.stop_reason == whole.stop_reason
+
+
+def test_a_prompt_over_the_context_is_refused_in_each_providers_words(live):
+    """Agents compact their history when the API says the prompt is too long, in its own words:
+    Claude Code reads Anthropic's "prompt is too long", OpenAI clients the
+    `context_length_exceeded` code; llama-server's type and fields stay."""
+    text = "tern " * 20000
+    n_ctx = live.state.engine.n_ctx_slot
+    oai = openai.OpenAI(base_url=live.v1, api_key="none", max_retries=0)
+    for call in (
+        lambda: oai.chat.completions.create(
+            model="any", messages=[{"role": "user", "content": text}], max_tokens=4
+        ),
+        lambda: oai.completions.create(model="any", prompt=text, max_tokens=4),
+        lambda: oai.responses.create(model="any", input=text, max_output_tokens=16),
+    ):
+        with pytest.raises(openai.BadRequestError) as err:
+            call()
+        assert err.value.code == "context_length_exceeded"
+        body = err.value.body
+        assert isinstance(body, dict)
+        assert body["type"] == "exceed_context_size_error" and body["n_ctx"] == n_ctx
+        assert f"maximum context length is {n_ctx} tokens" in body["message"]
+        assert "exceeds the available context size" in body["message"]
+    claude = anthropic.Anthropic(base_url=live.url, api_key="none", max_retries=0)
+    with pytest.raises(anthropic.BadRequestError) as aerr:
+        claude.messages.create(
+            model="any", max_tokens=4, messages=[{"role": "user", "content": text}]
+        )
+    error = aerr.value.body["error"]  # type: ignore[index]
+    assert error["type"] == "invalid_request_error"
+    assert error["message"].startswith("prompt is too long: ")
+    assert f"> {n_ctx} maximum" in error["message"]
+    # llama-server's own endpoint keeps its body
+    native = httpx.post(live.url + "/completion", json={"prompt": text, "n_predict": 2})
+    assert native.status_code == 400
+    assert native.json()["error"]["code"] == 400
+    assert native.json()["error"]["type"] == "exceed_context_size_error"
