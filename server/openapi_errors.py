@@ -23,7 +23,8 @@ _OPENAI_ERROR = {
             "type": "object",
             "required": ["message", "type"],
             "properties": {
-                "code": {"type": "integer"},
+                # the HTTP status (llama-server), or OpenAI's code: context_length_exceeded
+                "code": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
                 "message": {"type": "string"},
                 "type": {"type": "string"},
             },
