@@ -7,6 +7,7 @@ whether a sequence's logits depend on what it is batched with (docs/engine.md, E
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import llama_cpp
 
@@ -15,13 +16,20 @@ from llamactl.core.errors import ModelLoadError
 from .limits import DEFAULT_SLOT_CTX, physical_cores
 from .model import Model
 
+if TYPE_CHECKING:
+    from .requests import EngineConfig
+
 __all__ = [
     "DEFAULT_SLOT_CTX",
     "KV_TYPES",
+    "SPLIT_KERNEL_KV",
+    "ChatPlan",
+    "ChatSizes",
     "ContextLayout",
     "default_slot_ctx",
     "open_context",
     "physical_cores",
+    "plan_chat",
     "resolve_kv_type",
 ]
 
@@ -85,3 +93,93 @@ def open_context(model: Model, layout: ContextLayout) -> llama_cpp.llama_context
             f"llama.cpp could not create a context of {layout.n_ctx} tokens for {model.path.name}"
         )
     return ctx
+
+
+# KV types whose lone rows ggml computes by another kernel: the engine gives them companions
+SPLIT_KERNEL_KV = ("f16",)
+
+
+@dataclass(frozen=True)
+class ChatPlan:
+    """The chat engine's context, decided before llama.cpp opens it."""
+
+    n_ctx: int
+    threads: int
+    can_trim: bool  # the memory drops a tail: not recurrent, hybrid or sliding-window
+    kv_type: str
+    # A one-slot engine's companions need a sequence of their own: one more sequence in the
+    # slot's single KV stream (unified, so no second stream's memory), whose companion row
+    # attends over one cell. As a row of the slot's own sequence it would attend over all of
+    # them (measured past 1.7k cells, 2 threads: 46 ms a token with an own-sequence
+    # companion, 33 with the spare one, 20 with none).
+    spare_seq: int | None
+
+    @property
+    def split_kernels(self) -> bool:
+        """Whether ggml computes a lone row and a row in company by other kernels."""
+        return self.kv_type in SPLIT_KERNEL_KV
+
+    @property
+    def companions(self) -> bool:
+        """Over f16, ggml computes a lone row and a row in company by other kernels (see
+        ubatch.py). Lone rows get a companion row, decoded and removed afterwards: one cell
+        of every slot is held back for it, and the batch keeps room for one per slot. Even a
+        one-slot engine takes them: a draft's rows are always in company, so without
+        companions speculation would change its answers (measured: a one-slot engine without
+        companions decodes 1.7x faster past 1.5k cells, and answers otherwise once
+        speculation is on). Its companions go to the spare sequence."""
+        return self.split_kernels and self.can_trim
+
+    def layout(self, config: EngineConfig) -> ContextLayout:
+        return ContextLayout(
+            n_ctx=self.n_ctx,
+            n_batch=config.n_batch,
+            n_ubatch=config.n_ubatch,
+            n_seq_max=config.n_parallel + (0 if self.spare_seq is None else 1),
+            n_threads=self.threads,
+            n_threads_batch=config.n_threads_batch or self.threads,
+            kv_unified=config.kv_unified or self.spare_seq is not None,
+            flash_attn=config.flash_attn,
+            kv_type=self.kv_type,
+        )
+
+
+def plan_chat(model: Model, config: EngineConfig) -> ChatPlan:
+    n_ctx = config.n_ctx or default_slot_ctx(model) * config.n_parallel
+    swa = llama_cpp.llama_model_n_swa(model.handle) > 0
+    can_trim = not (model.info.is_recurrent or model.info.is_hybrid or swa)
+    kv_type = resolve_kv_type(config.kv_type, can_trim=can_trim)
+    one_slot = config.n_parallel == 1 and kv_type in SPLIT_KERNEL_KV and can_trim
+    threads = config.n_threads or physical_cores()
+    return ChatPlan(n_ctx, threads, can_trim, kv_type, 1 if one_slot else None)
+
+
+@dataclass(frozen=True)
+class ChatSizes:
+    """What the opened context holds, as the chat engine budgets it."""
+
+    n_ctx: int
+    n_batch: int
+    n_ubatch: int
+    n_ctx_seq: int  # each slot's KV cells
+    n_ctx_slot: int  # what a slot's prompt and answer may fill
+    row_budget: int  # rows a decode may take (room kept for a companion per slot)
+    chunk_budget: int  # rows of a tiled prompt chunk, decoded alone
+
+    @classmethod
+    def of(cls, ctx: llama_cpp.llama_context_p, config: EngineConfig, plan: ChatPlan) -> ChatSizes:
+        n_batch = llama_cpp.llama_n_batch(ctx)
+        n_ubatch = llama_cpp.llama_n_ubatch(ctx)
+        n_ctx_seq = llama_cpp.llama_n_ctx_seq(ctx)
+        held = 1 if plan.companions else 0
+        # llama.cpp pads each slot's cells to a multiple of 256, so a --ctx-size below that
+        # is kept as a limit of its own
+        asked = 0  # positions a slot was asked to hold (0: not asked, the model's default)
+        if config.n_ctx:
+            asked = config.n_ctx if config.kv_unified else max(1, config.n_ctx // config.n_parallel)
+        n_ctx_slot = min(n_ctx_seq - held, asked or n_ctx_seq)
+        row_budget = n_batch - (config.n_parallel if plan.companions else 0)
+        # a tiled chunk is decoded alone: llama.cpp must not cut it into smaller micro-batches
+        chunk_budget = min(row_budget, n_ubatch)
+        n_ctx = llama_cpp.llama_n_ctx(ctx)
+        return cls(n_ctx, n_batch, n_ubatch, n_ctx_seq, n_ctx_slot, row_budget, chunk_budget)

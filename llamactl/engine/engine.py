@@ -30,13 +30,7 @@ from llamactl.core.errors import (
 from ._backend import memory_of
 from .batch import Batch
 from .cache_persist import PersistedCache
-from .context import (
-    ContextLayout,
-    default_slot_ctx,
-    open_context,
-    physical_cores,
-    resolve_kv_type,
-)
+from .context import ChatSizes, open_context, physical_cores, plan_chat
 from .detokenize import IncrementalDetokenizer
 from .drafting import DraftPolicy
 from .kv_reuse import SlotMemory
@@ -72,9 +66,6 @@ __all__ = [
 
 log = logging.getLogger("llamactl.engine")
 
-# KV types whose lone rows ggml computes by another kernel: the engine gives them companions
-SPLIT_KERNEL_KV = ("f16",)
-
 
 @dataclass
 class _Call:
@@ -86,13 +77,6 @@ class _Call:
     all_idle: bool = False  # wait until no slot is busy, admitting nothing meanwhile
 
 
-def _asked_slot_ctx(config: EngineConfig) -> int:
-    """The positions a slot was asked to hold (0: not asked, the model's default)."""
-    if not config.n_ctx:
-        return 0
-    return config.n_ctx if config.kv_unified else max(1, config.n_ctx // config.n_parallel)
-
-
 class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
     """Thread-safe front door to one model's batched context."""
 
@@ -101,34 +85,13 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         self.config = config = config or EngineConfig()
         if config.n_parallel < 1:
             raise InvalidRequestError("n_parallel must be at least 1")
-        n_ctx = config.n_ctx or default_slot_ctx(model) * config.n_parallel
-        threads = config.n_threads or physical_cores()
-        swa = llama_cpp.llama_model_n_swa(model.handle) > 0
-        self._can_trim = not (model.info.is_recurrent or model.info.is_hybrid or swa)
-        self.kv_type = resolve_kv_type(config.kv_type, can_trim=self._can_trim)
-        self._split_kernels = self.kv_type in SPLIT_KERNEL_KV
-        # A one-slot engine's companions need a sequence of their own: one more sequence in
-        # the slot's single KV stream (unified, so no second stream's memory), whose
-        # companion row attends over one cell. As a row of the slot's own sequence it would
-        # attend over all of them (measured past 1.7k cells, 2 threads: 46 ms a token with
-        # an own-sequence companion, 33 with the spare one, 20 with none).
-        self._spare_seq: int | None = None
-        if config.n_parallel == 1 and self._split_kernels and self._can_trim:
-            self._spare_seq = 1
-        ctx = open_context(
-            model,
-            ContextLayout(
-                n_ctx=n_ctx,
-                n_batch=config.n_batch,
-                n_ubatch=config.n_ubatch,
-                n_seq_max=config.n_parallel + (0 if self._spare_seq is None else 1),
-                n_threads=threads,
-                n_threads_batch=config.n_threads_batch or threads,
-                kv_unified=config.kv_unified or self._spare_seq is not None,
-                flash_attn=config.flash_attn,
-                kv_type=self.kv_type,
-            ),
-        )
+        plan = plan_chat(model, config)
+        threads = plan.threads
+        self._can_trim = plan.can_trim
+        self.kv_type = plan.kv_type
+        self._split_kernels = plan.split_kernels
+        self._spare_seq = plan.spare_seq
+        ctx = open_context(model, plan.layout(config))
         self._ctx = ctx
         try:
             specs = [*((path, 1.0) for path in config.lora), *config.lora_scaled]
@@ -138,26 +101,12 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             llama_cpp.llama_free(ctx)
             raise
         self._mem = memory_of(ctx)
-        self.n_ctx = llama_cpp.llama_n_ctx(ctx)
-        self.n_batch = llama_cpp.llama_n_batch(ctx)
-        self.n_ubatch = llama_cpp.llama_n_ubatch(ctx)
-        # Over f16, ggml computes a lone row and a row in company by other kernels (see
-        # ubatch.py). Lone rows get a companion row, decoded and removed afterwards: one cell
-        # of every slot is held back for it, and the batch keeps room for one per slot. Even
-        # a one-slot engine takes them: a draft's rows are always in company, so without
-        # companions speculation would change its answers (measured: a one-slot engine
-        # without companions decodes 1.7x faster past 1.5k cells, and answers differently
-        # once speculation is on). Its companions go to the spare sequence opened above.
-        self._companions = self._split_kernels and self._can_trim
+        sizes = ChatSizes.of(ctx, config, plan)
+        self.n_ctx, self.n_batch, self.n_ubatch = sizes.n_ctx, sizes.n_batch, sizes.n_ubatch
+        self._companions = plan.companions
         self._split_streams = not config.kv_unified and config.n_parallel > 1
-        held = 1 if self._companions else 0
-        self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(ctx)  # each slot's KV cells
-        # what a slot's prompt and answer may fill: llama.cpp pads each slot's cells to a
-        # multiple of 256, so a --ctx-size below that is kept as a limit of its own
-        self.n_ctx_slot = min(self.n_ctx_seq - held, _asked_slot_ctx(config) or self.n_ctx_seq)
-        self._row_budget = self.n_batch - (config.n_parallel if self._companions else 0)
-        # a tiled chunk is decoded alone: llama.cpp must not cut it into smaller micro-batches
-        self._chunk_budget = min(self._row_budget, self.n_ubatch)
+        self.n_ctx_seq, self.n_ctx_slot = sizes.n_ctx_seq, sizes.n_ctx_slot
+        self._row_budget, self._chunk_budget = sizes.row_budget, sizes.chunk_budget
         self._checkpoints = not self._can_trim and config.ctx_checkpoints > 0
         cache_mib = config.cache_ram_mib
         if cache_mib is None:  # decision states seldom repeat: off unless asked for
