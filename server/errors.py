@@ -114,8 +114,10 @@ def error_body(
 
 OVERFLOW = "exceed_context_size_error"
 # OpenAI's APIs (llama-server's own endpoints keep its body: `code` 400 and its message)
-_OPENAI_PATHS = ("/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions")
-_OPENAI_PATHS += ("/v1/responses", "/responses")
+_OPENAI_PATHS = (
+    *("/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions"),
+    *("/v1/responses", "/responses"),
+)
 _RAISE_IT = "raise --ctx-size or serve fewer --parallel slots"
 
 
