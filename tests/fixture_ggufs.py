@@ -29,11 +29,25 @@ __all__ = [
     "build_fim_copy",
     "build_moe_copy",
     "build_rank_bert",
+    "copy_metadata",
 ]
 
 RANK_WORDS = ["machine", "learning", "is", "the", "paris", "city", "data", "which"]
 
 _N_EMBD, _N_HEAD, _N_FF, _N_LAYER, _N_CTX = 32, 2, 64, 2, 512
+
+
+def copy_metadata(reader: gguf.GGUFReader, w: gguf.GGUFWriter) -> None:
+    """Every key of `reader`'s GGUF into `w`, but the architecture (the writer's own) and the
+    file's GGUF.* bookkeeping."""
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        value_type = field.types[0]
+        if value_type == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(key, field.contents(), value_type, sub_type=field.types[-1])
+        else:
+            w.add_key_value(key, field.contents(), value_type)
 
 
 def _rank_vocab() -> tuple[list[str], list[int]]:
@@ -130,14 +144,7 @@ def build_fim_copy(source: Path, path: Path, kinds: tuple[str, ...] = tuple(FIM_
     ids = {kind: tokens.index(FIM_MARKERS[kind]) for kind in kinds}
     tmp = path.with_name(path.name + ".tmp")
     w = gguf.GGUFWriter(str(tmp), arch)
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":
-            continue
-        value_type = field.types[0]
-        if value_type == gguf.GGUFValueType.ARRAY:
-            w.add_key_value(key, field.contents(), value_type, sub_type=field.types[-1])
-        else:
-            w.add_key_value(key, field.contents(), value_type)
+    copy_metadata(reader, w)
     for kind, token_id in ids.items():
         w.add_uint32(f"tokenizer.ggml.fim_{kind}_token_id", token_id)
     for t in reader.tensors:
@@ -233,14 +240,7 @@ def build_moe_copy(source: Path, path: Path, *, n_expert: int = 4, n_used: int =
             tensors.append((t.name, data, t.tensor_type))
     tmp = path.with_name(path.name + ".tmp")
     w = gguf.GGUFWriter(str(tmp), arch)
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":
-            continue
-        value_type = field.types[0]
-        if value_type == gguf.GGUFValueType.ARRAY:
-            w.add_key_value(key, field.contents(), value_type, sub_type=field.types[-1])
-        else:
-            w.add_key_value(key, field.contents(), value_type)
+    copy_metadata(reader, w)
     w.add_uint32(f"{arch}.expert_count", n_expert)
     w.add_uint32(f"{arch}.expert_used_count", n_used)
     for name, data, kind in tensors:

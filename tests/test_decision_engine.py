@@ -5,8 +5,6 @@ and images through mtmd."""
 from __future__ import annotations
 
 import base64
-import struct
-import zlib
 from concurrent.futures import wait
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import llama_cpp
 import numpy as np
 import pytest
 from audiokit import wav_bytes
+from imagekit import png
 from llamactl.converters import convert
 from synthetic_checkpoints import (
     H2O_NOUL_FLOOR,
@@ -73,24 +72,6 @@ OCR_BODY = {
         "level": {"type": "score", "instructions": "-", "criteria": ["no", "yes"]},
     },
 }
-
-
-def png(width: int, height: int, seed: int = 0) -> bytes:
-    """A random RGB PNG, written with zlib (no imaging library needed)."""
-    px = np.random.default_rng(seed).integers(0, 255, (height, width, 3), dtype=np.uint8)
-    raw = b"".join(b"\0" + px[y].tobytes() for y in range(height))
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        crc = zlib.crc32(tag + data) & 0xFFFFFFFF
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", crc)
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(raw))
-        + chunk(b"IEND", b"")
-    )
 
 
 def png_url(seed: int = 0) -> str:

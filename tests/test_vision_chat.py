@@ -19,8 +19,8 @@ import zlib
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
+from imagekit import png
 from llamactl.converters import convert
 from serverkit import hermetic_settings, serve_app
 from synthetic_checkpoints import cached, write_chat_copy
@@ -39,24 +39,6 @@ MODEL_FIXTURES = {"pair", "vlm", "vision_server", "text_server"}
 
 GREEDY = SamplingParams(temperature=0.0)
 SEEDED = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=11)
-
-
-def png(width: int, height: int, seed: int) -> bytes:
-    """A PNG of random pixels (no image library needed)."""
-    pixels = np.random.default_rng(seed).integers(0, 255, (height, width, 3), dtype=np.uint8)
-    raw = b"".join(b"\x00" + pixels[y].tobytes() for y in range(height))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(raw))
-        + chunk(b"IEND", b"")
-    )
 
 
 def data_url(image: bytes) -> str:
