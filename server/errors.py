@@ -96,14 +96,14 @@ def error_body(
     if is_anthropic_path(path):
         if overflow:
             assert details is not None
-            message = anthropic_overflow(details["n_prompt_tokens"], details["n_ctx"])
+            message = anthropic_overflow(details["n_prompt_tokens"], details["n_ctx"], message)
         return {
             "type": "error",
             "error": {"type": _ANTHROPIC_TYPES.get(type_, type_), "message": message},
         }
     if overflow and path.startswith(_OPENAI_PATHS):
         assert details is not None
-        message = openai_overflow(details["n_prompt_tokens"], details["n_ctx"])
+        message = openai_overflow(details["n_prompt_tokens"], details["n_ctx"], message)
         # OpenAI's code, which agents read to compact their history; llama-server's type
         return {
             "error": {"code": "context_length_exceeded", "message": message, "type": type_}
@@ -118,21 +118,20 @@ _OPENAI_PATHS = (
     *("/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions"),
     *("/v1/responses", "/responses"),
 )
-_RAISE_IT = "raise --ctx-size or serve fewer --parallel slots"
 
 
-def anthropic_overflow(n_prompt: int, n_ctx: int) -> str:
-    """Anthropic's words for a prompt over the context, which Claude Code reads to compact."""
-    return f"prompt is too long: {n_prompt} tokens > {n_ctx} maximum ({_RAISE_IT})"
+def anthropic_overflow(n_prompt: int, n_ctx: int, why: str) -> str:
+    """Anthropic's words for a prompt over the context, which Claude Code reads to compact,
+    then llamactl's own (what to raise, or which limit was met)."""
+    return f"prompt is too long: {n_prompt} tokens > {n_ctx} maximum; {why}"
 
 
-def openai_overflow(n_prompt: int, n_ctx: int) -> str:
-    """OpenAI's words for it (agents match "maximum context length") and llama-server's
-    ("exceeds the available context size"), so every client recognises it."""
+def openai_overflow(n_prompt: int, n_ctx: int, why: str) -> str:
+    """OpenAI's words for it (agents match "maximum context length"), then llamactl's, which
+    say llama-server's ("exceeds the available context size")."""
     return (
         f"This model's maximum context length is {n_ctx} tokens. However, your request has "
-        f"{n_prompt} tokens. Please reduce the length of the messages. Request ({n_prompt} "
-        f"tokens) exceeds the available context size ({n_ctx} tokens): {_RAISE_IT}"
+        f"{n_prompt} tokens. Please reduce the length of the messages. {why}"
     )
 
 

@@ -7,10 +7,10 @@ import json
 from typing import Any
 
 import pytest
+from imagekit import png
 from llamactl.converters import convert
 from serverkit import run_server
 from synthetic_checkpoints import cached
-from imagekit import png
 from typer.testing import CliRunner
 
 from llamactl.cli.main import app

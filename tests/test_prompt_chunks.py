@@ -58,8 +58,11 @@ def test_a_cached_prefix_ends_early_enough_for_a_tiled_tail():
 
 
 def test_rows_not_made_as_cold_are_decoded_again_within_a_bound():
-    # a short prompt (row by row) and its answer, then a follow-up long enough to be tiled
-    assert exact_resume(50, 90, []) == 0
+    # a short prompt's template header (row by row) under a long prompt: decoded again
+    assert exact_resume(3, 300, []) == 0
+    # a short prompt (row by row) and its answer, then a follow-up long enough to be tiled:
+    # the conversation's reuse is kept
+    assert exact_resume(50, 90, []) == 50
     # a 300-row prompt and a 200-token answer, then a follow-up: too much to decode again
     assert exact_resume(500, 540, [(0, 299)]) == 500
     # a state from a file: kernels unknown

@@ -10,7 +10,7 @@ the rule: every text row of a prompt takes the tiled kernel exactly when its tex
 text between media, the prompt's last row apart) has `EXACT_PIECE` rows or more, wherever its
 cached prefix ended. `chunk_rows` never leaves a tail shorter than that; the engine records
 which rows of a slot were tiled (`Slot.tiled_rows`), and `exact_resume` moves a cached
-prefix's end back to its first row made otherwise, and so that what is decoded again is a
+prefix's end back past a few rows made otherwise, and so that what is decoded again is a
 tiled chunk too (at most `MAX_REDO` rows decoded again).
 """
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXACT_PIECE",
+    "MAX_MISMATCH",
     "MAX_REDO",
     "Rows",
     "add_rows",
@@ -35,9 +36,10 @@ __all__ = [
 # Rows of one sequence in a ubatch from which ggml's CPU flash attention switches to its tiled
 # kernel (measured: 63 rows give the logits of 63 single-row decodes, 64 do not).
 EXACT_PIECE = 64
-# The most rows decoded again so that a warm prompt's rows are those of a cold run (~0.1 s
-# on SmolLM2 at 2 threads); beyond it, the cached rows are kept as they are.
-MAX_REDO = 2 * EXACT_PIECE
+# The most cached rows made otherwise than cold that are decoded again to answer as cold
+MAX_MISMATCH = EXACT_PIECE // 4
+# so at most this many rows are decoded again for it (~0.06 s on SmolLM2 at 2 threads)
+MAX_REDO = MAX_MISMATCH + EXACT_PIECE
 
 
 def chunk_rows(pos: int, end: int, n_prompt: int, budget: int) -> int:
@@ -104,19 +106,21 @@ def exact_resume(
 ) -> int:
     """Where to go on decoding a prompt whose first `keep` tokens a slot holds, its rows
     computed by the kernels `tiled` says: `keep`, or earlier where that makes every row of the
-    prompt take the kernel a cold run gives it: back to the first cached row made otherwise,
-    and back far enough that what is decoded again is a tiled chunk where a cold run tiles it.
-    When that would decode more than `MAX_REDO` rows again (a long answer generated row by
-    row, a state from a file), `keep`: such a prompt may answer otherwise than cold
-    (docs/engine.md, What is not guaranteed)."""
+    prompt take the kernel a cold run gives it: back to the first cached row made otherwise
+    when only a few are (at most `MAX_MISMATCH`: a template's header shared with a short
+    prompt), and back far enough that what is decoded again is a tiled chunk where a cold run
+    tiles it (at most `EXACT_PIECE` rows more). More rows made otherwise (a conversation's
+    earlier answers, generated row by row; a state from a file) are kept as they are, with
+    the reuse they bring: such a prompt may answer otherwise than cold (docs/engine.md, What
+    is not guaranteed)."""
     keep = min(keep, n_prompt - 1)  # the last row is decoded on its own either way
     if tiled is None or keep <= 0:
         return keep
     cold = cold_tiled(n_prompt, media)
     at = _first_difference(tiled, cold, keep)
+    if keep - at > MAX_MISMATCH:
+        return keep
     for a, b in cold:
         if a <= at < b and b - at < EXACT_PIECE:  # too few rows left for the tiled kernel
             at = max(a, b - EXACT_PIECE)
-    if keep - at > MAX_REDO:
-        return keep
     return media.floor(at) if media is not None else at

@@ -210,6 +210,7 @@ def chat_messages(req: CountTokensRequest) -> list[dict[str, Any]]:
     system = _instructions([block.text for block in req.system or ()])
     out: list[dict[str, Any]] = []
     tool_names: dict[str, str] = {}
+    instructions: dict[str, Any] | None = None  # a user message made of system text alone
     for i, message in enumerate(req.messages):
         if message.role == "system":
             texts = _system_turn(i, message)
@@ -220,11 +221,12 @@ def chat_messages(req: CountTokensRequest) -> list[dict[str, Any]]:
                     parts = _as_parts(out[-1]["content"]) + list(texts)
                     out[-1]["content"] = _text_parts(parts)
                 else:
-                    out.append({"role": "user", "content": _text_parts(list(texts))})
+                    instructions = {"role": "user", "content": _text_parts(list(texts))}
+                    out.append(instructions)
         elif message.role == "user":
             turn = _user_turn(i, message, tool_names)
-            if out and out[-1]["role"] == "user" and turn[0]["role"] == "user":
-                # a user turn after instructions that went to the user's side: one message
+            if out and out[-1] is instructions and turn[0]["role"] == "user":
+                # the user's turn joins the instructions just put on its side: one message
                 out[-1]["content"] = _text_parts(
                     _as_parts(out[-1]["content"]) + _as_parts(turn[0]["content"])
                 )
