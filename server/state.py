@@ -135,12 +135,27 @@ class ServerState:
         try:
             t0 = time.perf_counter()
             self._install(self._load_services())
-            log.info("model %s ready in %.1f s", self.model_id, time.perf_counter() - t0)
+            log.info(
+                "model %s ready in %.1f s%s",
+                self.model_id,
+                time.perf_counter() - t0,
+                self._context_note(),
+            )
         except Exception as exc:  # surfaced by /health and every route
             log.error("could not load the model: %s", exc)
             self.load_error = str(exc)
             if self.on_load_failure is not None:
                 self.on_load_failure(self.load_error)
+
+    def _context_note(self) -> str:
+        """What each slot holds, so a user whose agent sends long prompts sees it at start."""
+        engine = self.engine
+        if engine is None:
+            return ""
+        return (
+            f": {engine.config.n_parallel} slots of {engine.n_ctx_slot} tokens each "
+            f"(trained on {engine.model.info.n_ctx_train}; -c and -np change it)"
+        )
 
     def _load_services(self) -> Loaded:
         if self._engine_factory is _default_engine and is_decision_model(self.model_path):

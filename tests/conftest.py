@@ -227,3 +227,15 @@ def smart_turn(smart_turn_model: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Semantic turn detection finds Smart Turn (LLAMACTL_SMART_TURN_MODEL) in this test."""
     monkeypatch.setenv("LLAMACTL_SMART_TURN_MODEL", str(smart_turn_model))
     return smart_turn_model
+
+
+@pytest.fixture(scope="module")
+def vocab_model():
+    """The embedded model's vocabulary alone (grammars and tokenising, no weights)."""
+    from llamactl.engine.model import Model
+    from llamactl.models import embedded_model_path
+
+    path = embedded_model_path()
+    if path is None:
+        pytest.skip("the embedded model is not installed")
+    return Model(path, vocab_only=True)

@@ -15,6 +15,7 @@ from llamactl.config import (
     load_settings,
     physical_cores,
 )
+from llamactl.config.fields import SERVE_CHAT_ANSWER_TOKENS
 from llamactl.core import paths
 from llamactl.core.errors import ConfigError
 
@@ -393,3 +394,9 @@ def test_settings_equality_ignores_bookkeeping(monkeypatch) -> None:
     b = load_settings({})
     assert a == b and a.sources != b.sources
     assert isinstance(a, Settings)
+
+
+def test_a_served_chat_answer_is_bounded_unless_the_user_lifts_the_limit(isolated_dirs) -> None:
+    assert load_settings().chat_answer_limit() == SERVE_CHAT_ANSWER_TOKENS  # aider sends none
+    assert load_settings({"max_tokens": 300}).chat_answer_limit() == 300
+    assert load_settings({"max_tokens": -1}).chat_answer_limit() is None  # llama-server's

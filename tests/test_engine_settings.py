@@ -33,6 +33,8 @@ class FakeModel:
 class FakeEngine:
     built: list[EngineConfig] = []
 
+    n_ctx_slot = 4096  # what the server logs at start
+
     def __init__(self, model, config: EngineConfig) -> None:
         self.model, self.config = model, config
         FakeEngine.built.append(config)

@@ -488,7 +488,8 @@ def test_request_errors(server):
         headers={"content-type": "application/json"},
     )
     assert r.status_code == 400 and "JSON" in error_of(r)["message"]
-    r = post(server, {"messages": [{"role": "user", "content": "x " * 5000}]})
+    too_long = "x " * (server.state.engine.n_ctx_slot + 100)
+    r = post(server, {"messages": [{"role": "user", "content": too_long}]})
     assert r.status_code == 400
     assert error_of(r)["type"] == "exceed_context_size_error"
     assert error_of(r)["n_ctx"] == server.state.engine.n_ctx_slot  # llama-server's fields

@@ -229,8 +229,8 @@ def test_a_prompt_over_the_context_is_refused_in_each_providers_words(live):
     """Agents compact their history when the API says the prompt is too long, in its own words:
     Claude Code reads Anthropic's "prompt is too long", OpenAI clients the
     `context_length_exceeded` code; llama-server's type and fields stay."""
-    text = "tern " * 20000
     n_ctx = live.state.engine.n_ctx_slot
+    text = "tern " * (n_ctx + 1000)
     oai = openai.OpenAI(base_url=live.v1, api_key="none", max_retries=0)
     for call in (
         lambda: oai.chat.completions.create(

@@ -3,15 +3,14 @@ every split point), and the forcing grammars, compiled and run by llama.cpp."""
 
 from __future__ import annotations
 
-import ctypes
 import json
-import math
 import re
 from collections.abc import Callable
 from typing import Any
 
 import llama_cpp
 import pytest
+from grammarkit import compile_grammar, grammar_accepts
 from sharedkit import CHAT_TEMPLATES
 
 from llamactl.core.errors import InvalidRequestError
@@ -598,42 +597,6 @@ RICH_TOOLS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def vocab_model():
-    from llamactl.engine.model import Model
-    from llamactl.models import embedded_model_path
-
-    path = embedded_model_path()
-    if path is None:
-        pytest.skip("the embedded model is not installed")
-    return Model(path, vocab_only=True)
-
-
-def _compile(model, grammar: str):
-    sampler = llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
-    assert sampler, "llama.cpp rejected the grammar:\n" + grammar
-    return sampler
-
-
-def _accepts(model, grammar: str, text: str) -> bool:
-    """Whether the grammar lets the model write exactly `text` and then stop."""
-    sampler = _compile(model, grammar)
-    try:
-        tokens = model.tokenize(text, add_special=False, parse_special=False)
-        for token in [*tokens, model.eos_token_id]:
-            data = (llama_cpp.llama_token_data * 1)()
-            data[0].id, data[0].logit, data[0].p = token, 0.0, 0.0
-            candidates = llama_cpp.llama_token_data_array(data, 1, -1, False)
-            llama_cpp.llama_sampler_apply(sampler, ctypes.byref(candidates))
-            if math.isinf(data[0].logit):
-                return False
-            if token != model.eos_token_id:
-                llama_cpp.llama_sampler_accept(sampler, token)
-        return True
-    finally:
-        llama_cpp.llama_sampler_free(sampler)
-
-
 @pytest.mark.parametrize("fmt", ALL, ids=lambda f: f.value)
 def test_grammars_compile(vocab_model, fmt: ToolCallFormat) -> None:
     choices = ["required", {"type": "function", "function": {"name": "search"}}]
@@ -642,9 +605,9 @@ def test_grammars_compile(vocab_model, fmt: ToolCallFormat) -> None:
         for parallel in (False, True):
             grammar = tool_call_grammar(fmt, RICH_TOOLS, choice, parallel=parallel)
             assert grammar is not None
-            llama_cpp.llama_sampler_free(_compile(vocab_model, grammar))
+            llama_cpp.llama_sampler_free(compile_grammar(vocab_model, grammar))
     with_reasoning = tool_call_grammar(fmt, RICH_TOOLS, "required", reasoning=THINK)
-    llama_cpp.llama_sampler_free(_compile(vocab_model, with_reasoning))
+    llama_cpp.llama_sampler_free(compile_grammar(vocab_model, with_reasoning))
 
 
 @pytest.mark.parametrize("fmt", ALL, ids=lambda f: f.value)
@@ -655,21 +618,21 @@ def test_grammar_accepts_the_family_format_and_the_parser_reads_it(
     for calls in cases:
         grammar = tool_call_grammar(fmt, TOOLS, "required", parallel=len(calls) > 1)
         text = WRITERS[fmt](calls)
-        assert _accepts(vocab_model, grammar, text), text
+        assert grammar_accepts(vocab_model, grammar, text), text
         assert run(fmt, [text], tools=TOOLS) == ("", calls)
     single = tool_call_grammar(fmt, TOOLS, "required")
-    assert not _accepts(vocab_model, single, "Hello")
-    assert not _accepts(vocab_model, single, WRITERS[fmt]([("get_weather", {"days": 3})]))
+    assert not grammar_accepts(vocab_model, single, "Hello")
+    assert not grammar_accepts(vocab_model, single, WRITERS[fmt]([("get_weather", {"days": 3})]))
     if fmt in PARALLEL:
-        assert not _accepts(vocab_model, single, WRITERS[fmt]([CALL_1, CALL_2]))
+        assert not grammar_accepts(vocab_model, single, WRITERS[fmt]([CALL_1, CALL_2]))
 
 
 def test_named_tool_choice_allows_only_that_tool(vocab_model) -> None:
     grammar = tool_call_grammar(
         F.HERMES, TOOLS, {"type": "function", "function": {"name": "get_time"}}
     )
-    assert _accepts(vocab_model, grammar, WRITERS[F.HERMES]([CALL_2]))
-    assert not _accepts(vocab_model, grammar, WRITERS[F.HERMES]([CALL_1]))
+    assert grammar_accepts(vocab_model, grammar, WRITERS[F.HERMES]([CALL_2]))
+    assert not grammar_accepts(vocab_model, grammar, WRITERS[F.HERMES]([CALL_1]))
 
 
 def test_grammar_lets_the_model_open_its_reasoning(vocab_model) -> None:
@@ -677,15 +640,15 @@ def test_grammar_lets_the_model_open_its_reasoning(vocab_model) -> None:
     # start marker, then what follows the end marker.
     call = WRITERS[F.HERMES]([CALL_1])
     grammar = tool_call_grammar(F.HERMES, TOOLS, "required", reasoning=THINK)
-    assert _accepts(vocab_model, grammar, call)
-    assert _accepts(vocab_model, grammar, "<think>\n\n" + call)
-    assert not _accepts(vocab_model, grammar, "Hmm.\n\n" + call)
+    assert grammar_accepts(vocab_model, grammar, call)
+    assert grammar_accepts(vocab_model, grammar, "<think>\n\n" + call)
+    assert not grammar_accepts(vocab_model, grammar, "Hmm.\n\n" + call)
     opened = tool_call_grammar(F.HERMES, TOOLS, "required", reasoning=THINK, reasoning_open=True)
-    assert _accepts(vocab_model, opened, "\n\n" + call)
+    assert grammar_accepts(vocab_model, opened, "\n\n" + call)
     gpt_oss = tool_call_grammar(
         F.GPT_OSS, TOOLS, "required", reasoning=thinking_markers("<|channel|>analysis<|message|>")
     )
-    assert _accepts(
+    assert grammar_accepts(
         vocab_model,
         gpt_oss,
         "<|channel|>analysis<|message|><|start|>assistant" + WRITERS[F.GPT_OSS]([CALL_1]),
@@ -695,10 +658,10 @@ def test_grammar_lets_the_model_open_its_reasoning(vocab_model) -> None:
 def test_xml_string_values_cannot_close_early(vocab_model) -> None:
     grammar = tool_call_grammar(F.QWEN3_CODER, TOOLS, "required")
     ok = WRITERS[F.QWEN3_CODER]([("get_weather", {"location": "a <b> </param <<c"})])
-    assert _accepts(vocab_model, grammar, ok)
+    assert grammar_accepts(vocab_model, grammar, ok)
     for end in ("</parameter>", "<parameter=", "</function>"):
         bad = WRITERS[F.QWEN3_CODER]([("get_weather", {"location": f"a <{end} c"})])
-        assert not _accepts(vocab_model, grammar, bad), end
+        assert not grammar_accepts(vocab_model, grammar, bad), end
 
 
 def test_tool_choice_values() -> None:

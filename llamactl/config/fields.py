@@ -49,6 +49,9 @@ SourceKind = Literal["default", "file", "env", "cli"]
 
 SERVE, CHAT = "serve", "chat"
 ENGINE_COMMANDS = frozenset({SERVE, CHAT})  # the commands that build a chat engine
+# A chat or Responses request that sets no answer limit gets this many tokens at most on
+# `serve` (clients such as aider send none; a small model would write until the context fills).
+SERVE_CHAT_ANSWER_TOKENS = 4096
 
 # help panels of `llamactl serve` / `llamactl chat`
 SERVER_PANEL = _SERVER = "Server"
@@ -193,8 +196,8 @@ class Settings:
         int,
         Field(
             ge=0,
-            description="Total context over all slots; "
-            f"0: min(train, {DEFAULT_SLOT_CTX}) per slot.",
+            description="Total context over all slots; 0: the training context per slot "
+            f"(at least {DEFAULT_SLOT_CTX}, less if memory is short).",
         ),
         Flag(_MODEL, short="-c", long="--ctx-size", metavar="N"),
         Engine("n_ctx"),
@@ -278,7 +281,10 @@ class Settings:
             short="-n",
             aliases=("--n-predict", "--predict"),
             metavar="N",
-            shown_default=f"serve: none; chat, tui: {INTERACTIVE.max_tokens}",
+            shown_default=(
+                f"serve: {SERVE_CHAT_ANSWER_TOKENS} on chat and Responses, none elsewhere; "
+                f"chat, tui: {INTERACTIVE.max_tokens}"
+            ),
         ),
     ] = None
     repeat_penalty: Annotated[
@@ -985,6 +991,15 @@ class Settings:
             (name, getattr(self, name), self.sources.get(name, Source("default")))
             for name in SETTING_NAMES
         ]
+
+    def chat_answer_limit(self) -> int | None:
+        """The answer limit of a served chat or Responses request that sets none: the
+        max_tokens setting when given (-1: None, no limit), else SERVE_CHAT_ANSWER_TOKENS."""
+        if self.max_tokens is not None:
+            return self.max_tokens
+        if self.sources.get("max_tokens", Source("default")).kind != "default":
+            return None  # -1 was asked for
+        return SERVE_CHAT_ANSWER_TOKENS
 
     def resolved_api_keys(self) -> list[str]:
         """`api_key` plus the non-blank, non-comment lines of `api_key_file`."""

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 import llama_cpp
 
 from llamactl.core.errors import ModelLoadError
+from llamactl.core.memory import available_memory
 
-from .limits import DEFAULT_SLOT_CTX, physical_cores
+from .limits import DEFAULT_SLOT_CTX, KV_MEMORY_SHARE, physical_cores
 from .model import Model
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ __all__ = [
     "ChatSizes",
     "ContextLayout",
     "default_slot_ctx",
+    "kv_bytes_per_position",
     "open_context",
     "physical_cores",
     "plan_chat",
@@ -36,11 +38,37 @@ __all__ = [
 KV_TYPES = {"bf16": 30, "f16": 1, "q8_0": 8}  # ggml_type values
 
 
-def default_slot_ctx(model: Model) -> int:
-    """Positions per slot when none are asked for: the training context, at most 4096
-    (llama-server's per-slot size with `-c 0 -np N` on long-context models is far larger
-    than a CPU wants to reserve)."""
-    return min(model.info.n_ctx_train or DEFAULT_SLOT_CTX, DEFAULT_SLOT_CTX)
+def default_slot_ctx(model: Model, n_parallel: int = 1, kv_type: str = "f16") -> int:
+    """Positions per slot when none are asked for: the training context, as far as the KV of
+    `n_parallel` such slots fits in KV_MEMORY_SHARE of the memory available now, and never
+    less than min(training context, DEFAULT_SLOT_CTX). Agents send 15-30k-token prompts: a
+    slot should hold what the model was trained to read."""
+    train = model.info.n_ctx_train or DEFAULT_SLOT_CTX
+    floor = min(train, DEFAULT_SLOT_CTX)
+    per_position = kv_bytes_per_position(model, kv_type) * max(1, n_parallel)
+    if per_position <= 0:
+        return train
+    fits = int(available_memory() * KV_MEMORY_SHARE / per_position) // 256 * 256
+    return max(floor, min(train, fits))
+
+
+def kv_bytes_per_position(model: Model, kv_type: str) -> float:
+    """An upper bound on the KV bytes one position takes in one sequence: every layer's keys
+    and values (sliding-window and recurrent layers take less, and are counted in full)."""
+    h = model.handle
+    n_head = max(1, llama_cpp.llama_model_n_head(h))
+    n_embd = llama_cpp.llama_model_n_embd(h)
+    arch = model.info.architecture
+
+    def head_size(kind: str) -> int:
+        value = model.info.metadata.get(f"{arch}.attention.{kind}_length")
+        return int(value) if value and value.isdigit() else n_embd // n_head
+
+    per_layer = llama_cpp.llama_model_n_head_kv(h) * (head_size("key") + head_size("value"))
+    return llama_cpp.llama_model_n_layer(h) * per_layer * _KV_ELEMENT_BYTES.get(kv_type, 2.0)
+
+
+_KV_ELEMENT_BYTES = {"f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32}
 
 
 def resolve_kv_type(kv_type: str, *, can_trim: bool) -> str:
@@ -145,10 +173,10 @@ class ChatPlan:
 
 
 def plan_chat(model: Model, config: EngineConfig) -> ChatPlan:
-    n_ctx = config.n_ctx or default_slot_ctx(model) * config.n_parallel
     swa = llama_cpp.llama_model_n_swa(model.handle) > 0
     can_trim = not (model.info.is_recurrent or model.info.is_hybrid or swa)
     kv_type = resolve_kv_type(config.kv_type, can_trim=can_trim)
+    n_ctx = config.n_ctx or default_slot_ctx(model, config.n_parallel, kv_type) * config.n_parallel
     one_slot = config.n_parallel == 1 and kv_type in SPLIT_KERNEL_KV and can_trim
     threads = config.n_threads or physical_cores()
     return ChatPlan(n_ctx, threads, can_trim, kv_type, 1 if one_slot else None)

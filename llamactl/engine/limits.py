@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from llamactl.core.cpu import physical_cores
 
-__all__ = ["DEFAULT_SLOT_CTX", "MAX_DRAFT", "physical_cores"]
+__all__ = ["DEFAULT_SLOT_CTX", "KV_MEMORY_SHARE", "MAX_DRAFT", "physical_cores"]
 
-DEFAULT_SLOT_CTX = 4096  # KV positions per slot when n_ctx is not given (capped by training)
+# When n_ctx is not given a slot gets the model's training context, unless all slots' KV would
+# take more than KV_MEMORY_SHARE of the memory available at start; never less than
+# DEFAULT_SLOT_CTX positions (or the training context, when that is shorter).
+DEFAULT_SLOT_CTX = 4096
+KV_MEMORY_SHARE = 0.25
 MAX_DRAFT = 48  # a draft and its pending row stay under 64 rows (one flash-attention kernel)

@@ -38,6 +38,7 @@ class BuiltinTemplate:
 
     markers: ThinkingMarkers | None = None
     thinking_toggle: str | None = None
+    supports_tools = False  # tools are described in the system message (generic_tools.py)
 
     def __init__(self, name: str) -> None:
         if name not in builtin_template_names():

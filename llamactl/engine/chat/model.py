@@ -7,8 +7,9 @@ parsers, so the CLI, the server and the TUI all chat the same way.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from llamactl.core.errors import ContextLengthError, InvalidRequestError
@@ -42,6 +43,8 @@ from . import (
     tool_call_grammar,
 )
 from .builtin import BuiltinTemplate, builtin_template_names
+from .generic_tools import GenericReplyParser, answers_allowed, generic_grammar, generic_messages
+from .messages import Message
 from .reasoning import RawAndReasoning
 from .spans import message_delimiters, tokenize_delimiters, user_starts
 
@@ -99,6 +102,8 @@ class ChatModel:
         self.tool_format: ToolCallFormat = (
             tool_call_format(self.template_source) or ToolCallFormat.HERMES
         )
+        # Templates that never mention tools get them in the system message (generic_tools.py).
+        self.generic_tools = not self.template.supports_tools
         self._end_tokens: tuple[int, ...] | None = None
         model = engine.model
         self._delimiters = tokenize_delimiters(
@@ -126,9 +131,20 @@ class ChatModel:
             # llama.cpp renders every template with enable_thinking true unless told otherwise,
             # so templates that read "undefined" as off (DeepSeek R1's, Command R7B) still think.
             kwargs.setdefault(toggle, True)
+        messages: Sequence[Message] = req.messages
+        tools = req.tools
+        if self.generic_tools:
+            described = tools if self.calls_tools(req) else None
+            messages = generic_messages(
+                messages,
+                described,
+                answer=answers_allowed(req.tool_choice),
+                parallel=req.parallel_tool_calls,
+            )
+            tools = None
         text = self.template.render(
-            req.messages,
-            tools=req.tools,
+            messages,
+            tools=tools,
             add_generation_prompt=add_gen,
             continue_final_message=cont,
             **kwargs,
@@ -168,15 +184,23 @@ class ChatModel:
         return m is not None and text.rfind(m.start) > text.rfind(m.end)
 
     def calls_tools(self, req: ChatRequest) -> bool:
-        """Whether tool calls are parsed out of this request's output."""
-        return bool(req.tools) and req.tool_choice != "none"
+        """Whether tool calls are parsed out of this request's output. A template without
+        tools whose client also asks for a response_format gets that format and no tools
+        when calling is optional: its one reply object cannot be both."""
+        if not req.tools or req.tool_choice == "none":
+            return False
+        return not (
+            self.generic_tools and req.sampling.grammar and answers_allowed(req.tool_choice)
+        )
 
     def _sampling(self, req: ChatRequest, rendered: RenderedChat) -> SamplingParams:
         """The request's sampling, with a grammar forcing tool calls when tool_choice asks."""
         if not self.calls_tools(req):
             return req.sampling
-        grammar = tool_call_grammar(
-            self.tool_format,
+        make_grammar: Callable[..., str | None] = (
+            generic_grammar if self.generic_tools else partial(tool_call_grammar, self.tool_format)
+        )
+        grammar = make_grammar(
             req.tools,
             req.tool_choice,
             parallel=req.parallel_tool_calls,
@@ -249,7 +273,7 @@ class ChatStream:
         self.rendered = rendered
         markers = chat.markers
         self._parsers: list[TextStage] = []
-        self._tool_parsers: list[ToolCallParser | None] = []
+        self._tool_parsers: list[ToolCallParser | GenericReplyParser | None] = []
         fmt = req.reasoning_format or "auto"
         for i in range(req.n):
             first: TextStage
@@ -265,7 +289,11 @@ class ChatStream:
                 if fmt == "deepseek-legacy":
                     first = RawAndReasoning(first, opened=rendered.opens_reasoning)
             if chat.calls_tools(req):
-                tools = ToolCallParser(chat.tool_format, index=i, tools=req.tools)
+                tools: ToolCallParser | GenericReplyParser = (
+                    GenericReplyParser(i)
+                    if chat.generic_tools
+                    else ToolCallParser(chat.tool_format, index=i, tools=req.tools)
+                )
                 self._parsers.append(OutputPipeline(first, tools))
                 self._tool_parsers.append(tools)
             else:

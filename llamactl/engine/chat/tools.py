@@ -28,6 +28,8 @@ __all__ = [
     "ToolCall",
     "ToolCallFormat",
     "ToolCallParser",
+    "after_reasoning",
+    "chosen_tools",
     "make_tool_call_id",
     "parse_tool_calls",
     "tool_call_format",
@@ -283,7 +285,7 @@ def parse_tool_calls(
     return content, calls
 
 
-def _chosen_tools(specs: Sequence[ToolSpec], tool_choice: Any) -> list[ToolSpec] | None:
+def chosen_tools(specs: Sequence[ToolSpec], tool_choice: Any) -> list[ToolSpec] | None:
     """The tools a call must be made to, or None when calling is optional."""
     if tool_choice is None or tool_choice in ("auto", "none"):
         return None
@@ -325,17 +327,24 @@ def tool_call_grammar(
     reasoning itself without the grammar (see `GenerationRequest.reasoning`), so the grammar
     only lets the model open the block first and, once it is closed, write the calls.
     """
-    chosen = _chosen_tools(tool_specs(tools), tool_choice)
+    chosen = chosen_tools(tool_specs(tools), tool_choice)
     if chosen is None:
         return None
     syntax = SYNTAXES[ToolCallFormat(format)]
     g = GrammarBuilder()
     body = syntax.grammar(g, chosen, parallel and syntax.parallel)
-    if reasoning is not None:
-        # What follows the block is all the grammar sees of it (the engine skips the inside).
-        glue = literal(syntax.after_reasoning) if syntax.after_reasoning else "[ \\t\\r\\n]*"
-        if reasoning_open:
-            body = f"{glue} {body}"
-        else:
-            body = f"( {literal(reasoning.start)} {glue} )? {body}"
-    return g.render(body)
+    return g.render(after_reasoning(body, reasoning, reasoning_open, syntax.after_reasoning))
+
+
+def after_reasoning(
+    body: str, reasoning: ThinkingMarkers | None, reasoning_open: bool, glue_text: str = ""
+) -> str:
+    """`body` as what follows a reasoning model's thinking block: the grammar lets the model
+    open the block first (unless the prompt did); the engine samples the inside grammar-free,
+    so what follows the block is all the grammar sees of it."""
+    if reasoning is None:
+        return body
+    glue = literal(glue_text) if glue_text else "[ \\t\\r\\n]*"
+    if reasoning_open:
+        return f"{glue} {body}"
+    return f"( {literal(reasoning.start)} {glue} )? {body}"

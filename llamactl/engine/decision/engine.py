@@ -112,7 +112,7 @@ class DecisionEngine(DecodeLoop["_Job"]):
         self.config = config = config or DecisionConfig()
         if config.n_parallel < 1:
             raise InvalidRequestError("n_parallel must be at least 1")
-        n_ctx = config.n_ctx or default_slot_ctx(dm.model) * config.n_parallel
+        n_ctx = config.n_ctx or default_slot_ctx(dm.model, config.n_parallel) * config.n_parallel
         self._hidden = dm.dtype.readout != "labels"
         n_batch = config.n_batch
         if not dm.dtype.causal:  # a non-causal prompt must be decoded in one ubatch

@@ -150,10 +150,12 @@ def chat_request(
     logprobs = params.check_top_logprobs(body.logprobs, body.top_logprobs)
     if body.max_completion_tokens is not None:
         max_tokens = params.token_limit(
-            "max_completion_tokens", body.max_completion_tokens, state.settings.max_tokens
+            "max_completion_tokens", body.max_completion_tokens, state.settings.chat_answer_limit()
         )
     else:
-        max_tokens = params.token_limit("max_tokens", body.max_tokens, state.settings.max_tokens)
+        max_tokens = params.token_limit(
+            "max_tokens", body.max_tokens, state.settings.chat_answer_limit()
+        )
     request = ChatRequest(
         messages=messages,
         sampling=params.sampling_of(state, body),

@@ -320,9 +320,11 @@ def _start(
     params = sampling(state, body)
     chat = prompt_request(conv, body.parallel_tool_calls)
     chat.sampling = params
-    # absent: the server's default (--max-tokens / the max_tokens setting), as on every route
+    # absent: the server's chat default (the max_tokens setting, else a bounded answer)
     chat.max_tokens = (
-        state.settings.max_tokens if body.max_output_tokens is None else body.max_output_tokens
+        state.settings.chat_answer_limit()
+        if body.max_output_tokens is None
+        else body.max_output_tokens
     )
     chat.report_progress = body.return_progress and body.stream
     return start_chat(state, chat, messages_field="input"), conv, params
