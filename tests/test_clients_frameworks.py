@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clientkit import reused
 from serverkit import LiveServer, run_server
 
 # litellm fetches its model price list from GitHub at import unless told to use its own copy
@@ -45,14 +46,6 @@ def get_weather(city: str) -> str:
 def server() -> Iterator[LiveServer]:
     with run_server(parallel=2, embedding=True, pooling="mean") as live:
         yield live
-
-
-def reused(live: LiveServer, request: Callable[[], Any]) -> tuple[Any, int, int]:
-    """Run `request`; with the prompt tokens it took from the cache and decoded anew."""
-    stats = live.state.engine.stats
-    cached, decoded = stats.prompt_tokens_cached, stats.prompt_tokens_processed
-    out = request()
-    return out, stats.prompt_tokens_cached - cached, stats.prompt_tokens_processed - decoded
 
 
 def assert_second_turn_hits_the_cache(live: LiveServer, first: Callable, second: Callable) -> None:

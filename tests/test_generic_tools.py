@@ -133,6 +133,12 @@ def test_a_broken_call_is_content_and_dropped_when_cut(raw: str) -> None:
         assert run(chunks, cut=True) == ("", [])
 
 
+def test_a_reply_cut_before_its_kind_is_known_leaves_nothing() -> None:
+    for raw in ('{"tool_', '{"', "{", '{"response"'):
+        assert run([raw], cut=True) == ("", [])
+        assert run([raw]) == (raw, [])  # not cut: whatever the model wrote is content
+
+
 def test_an_answer_cut_short_keeps_what_was_written() -> None:
     for chunks in every_split('{"response": "Half an ans\\u00'):
         text, calls = run(chunks, cut=True)

@@ -185,10 +185,11 @@ class GenericReplyParser:
 
     def finish(self) -> list[ChatDelta]:
         out = self._drain()
-        if self._mode is None:
+        if self._mode is None:  # a prefix of a reply object, or nothing
             self._mode = "text"
             text, self._raw = self._raw, ""
-            out += self._content(text)
+            if not self._cut:  # cut, it is the start of a call or an empty answer: dropped
+                out += self._content(text)
         elif self._mode == "call":
             out += self._finish_call()
         elif self._mode == "answer" and not self._answer_done and self._sent is not None:

@@ -88,13 +88,12 @@ def items_to_messages(items: Sequence[Item], offset: int = 0) -> list[dict[str, 
             }
             assistant().setdefault("tool_calls", []).append(call)
         elif isinstance(item, FunctionCallOutputItem):
-            msg = {
-                "role": "tool",
-                "tool_call_id": item.call_id,
-                "content": _output_text(item.output, f"{where}.output"),
-            }
-            if item.call_id in names:
-                msg["name"] = names[item.call_id]
+            msg = {"role": "tool", "content": _output_text(item.output, f"{where}.output")}
+            if item.call_id is not None:
+                msg["tool_call_id"] = item.call_id
+            name = names.get(item.call_id or "") or _output_name(item)
+            if name:
+                msg["name"] = name
             messages.append(msg)
         elif isinstance(item, ReasoningItem):
             text = reasoning_text(item)
@@ -103,6 +102,13 @@ def items_to_messages(items: Sequence[Item], offset: int = 0) -> list[dict[str, 
         else:  # pragma: no cover - the protocol's union admits nothing else
             raise bad_request(f"Field '{where}': Cannot determine type of 'item'")
     return messages
+
+
+def _output_name(item: FunctionCallOutputItem) -> str | None:
+    """The name an output without a call gives itself ("agent.goal_objective")."""
+    if item.name and item.namespace:
+        return f"{item.namespace}.{item.name}"
+    return item.name
 
 
 def reasoning_text(item: ReasoningItem) -> str:

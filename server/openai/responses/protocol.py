@@ -146,10 +146,14 @@ class FunctionCallItem(_Model):
 
 class FunctionCallOutputItem(_Model):
     type: Literal["function_call_output"]
-    call_id: str
+    # Codex CLI also sends outputs that answer no call (its own context, e.g. a goal):
+    # no call_id, a `name` and a `namespace` instead
+    call_id: str | None = None
     output: Output
     id: str | None = None
     status: str | None = None
+    name: str | None = None
+    namespace: str | None = None
 
 
 class SummaryText(_Model):
