@@ -176,6 +176,56 @@ def test_tool_and_schema_limits(server):
     assert "'grammar'" in openai_error(r)
 
 
+def nested_grammar(depth: int) -> str:
+    return "root ::= " + "(" * depth + '"a"' + ")" * depth
+
+
+def string_format(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+
+
+# Grammars llama.cpp would parse by recursing once per level: deep enough, they overflowed the
+# stack and killed the server (Claude Code's Workflow tool has maxLength 524288).
+@pytest.mark.parametrize(
+    ("path", "body", "refusal"),
+    [
+        (CHAT, {"grammar": nested_grammar(20000)}, "nests groups"),
+        ("/completion", {"prompt": "a", "grammar": nested_grammar(20000)}, "nests groups"),
+        (CHAT, {"response_format": string_format({"minLength": 10**6})}, "minLength"),
+        (CHAT, {"response_format": string_format({"pattern": "^a{1,99999}$"})}, "pattern"),
+        (CHAT, {"response_format": string_format({"type": "string", "maxLength": 524288})}, None),
+        (CHAT, {"response_format": string_format({"type": "array", "maxItems": 10**9})}, None),
+        (
+            CHAT,
+            {
+                "tool_choice": "required",
+                "tools": [tool(0, {"type": "object", "properties": {"s": {"maxLength": 524288}}})],
+            },
+            None,
+        ),
+        (CHAT, {"grammar": nested_grammar(1000)}, None),
+    ],
+    ids=[
+        "deep-grammar",
+        "deep-native-grammar",
+        "min-length",
+        "pattern-count",
+        "max-length",
+        "max-items",
+        "tool-max-length",
+        "grammar-1000-deep",
+    ],
+)
+def test_grammars_that_would_overflow_the_stack(server, path, body, refusal):
+    base = {"messages": USER} if path == CHAT else {}
+    r = post(server, path, {**base, "max_tokens": 4, "n_predict": 4, **body})
+    if refusal is None:  # a huge upper bound is dropped: the answer's max_tokens bounds it
+        assert r.status_code == 200, r.text
+    else:
+        assert r.status_code == 400 and refusal in r.text, r.text
+    assert httpx.get(server.url + "/health", timeout=10).status_code == 200
+
+
 def test_logit_bias_larger_than_the_vocabulary(server):
     n_vocab = server.state.engine.model.n_vocab
     bias = {str(i % n_vocab) + "0" * (i // n_vocab): 1 for i in range(n_vocab + 1)}

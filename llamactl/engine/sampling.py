@@ -15,6 +15,7 @@ import numpy as np
 
 from llamactl.core.errors import InvalidRequestError, LlamactlError
 
+from .grammar import check_nesting
 from .types import SamplingParams, TokenLogprob
 
 _TOP_P_PREFILTER = 256
@@ -39,6 +40,7 @@ class SamplerChain:
 
     def _build(self, vocab: llama_cpp.llama_vocab_p, n_vocab: int, p: SamplingParams) -> None:
         if p.grammar:
+            check_nesting(p.grammar)
             grammar = llama_cpp.llama_sampler_init_grammar(vocab, p.grammar.encode(), b"root")
             if not grammar:
                 raise InvalidRequestError("the grammar could not be parsed")
@@ -116,6 +118,7 @@ def _dry(vocab: llama_cpp.llama_vocab_p, p: SamplingParams) -> llama_cpp.llama_s
 
 def check_grammar(vocab: llama_cpp.llama_vocab_p, grammar: str) -> None:
     """Parse a grammar once up front, so a bad one is refused before the request is queued."""
+    check_nesting(grammar)
     sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
     if not sampler:
         raise InvalidRequestError("the grammar could not be parsed (GBNF with a 'root' rule)")

@@ -6,12 +6,9 @@ JSON-schema rules come from llama-cpp-python's converter, which always names its
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-from llamactl.core.errors import InvalidRequestError
 
 # A rule body's tokens: literals and character classes are kept, names get the prefix.
 _BODY_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|\{[^}]*\}|[A-Za-z0-9-]+|.', re.S)
@@ -67,12 +64,10 @@ class GrammarBuilder:
 
     def schema(self, schema: Mapping[str, Any]) -> str:
         """A rule matching the JSON values valid for `schema`."""
-        from llama_cpp import llama_grammar  # here: parsing tool calls must not load llama.cpp
+        # here: parsing tool calls must not load llama.cpp
+        from llamactl.engine.grammar import schema_to_gbnf
 
-        try:
-            text = llama_grammar.json_schema_to_gbnf(json.dumps(loosen(schema)))
-        except Exception as exc:  # the converter raises bare exceptions on what it can't do
-            raise InvalidRequestError(f"unsupported JSON schema in tools: {exc}") from exc
+        text = schema_to_gbnf(loosen(schema), "JSON schema in tools")
         self._schemas += 1
         prefix = f"s{self._schemas}-"
         for line in text.splitlines():
