@@ -4,6 +4,7 @@ every split point), and the forcing grammars, compiled and run by llama.cpp."""
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import Callable
 from typing import Any
@@ -781,3 +782,72 @@ def test_a_call_cut_off_by_max_tokens_is_dropped() -> None:
     events += parser.finish()
     assert [e.name for e in events if isinstance(e, ToolCallDelta)] == ["f"]
     assert not [e for e in events if isinstance(e, ContentDelta)]
+
+
+# ------------------------------------------------------------------------------------ fuzz
+
+
+def _mutations(text: str, markers: tuple[str, ...], rng: random.Random) -> list[tuple[str, bool]]:
+    """(text, cut) pairs: every prefix (cut by max_tokens or not), each marker duplicated where
+    it occurs, and characters dropped, doubled or replaced at random places."""
+    out = [(text[:i], cut) for i in range(len(text) + 1) for cut in (False, True)]
+    for marker in markers:
+        at = text.find(marker)
+        while at != -1:
+            out.append((text[:at] + marker + text[at:], False))
+            at = text.find(marker, at + 1)
+    for _ in range(40):
+        i = rng.randrange(len(text))
+        out.append((text[:i] + text[i + 1 :], False))
+        out.append((text[:i] + text[i] + text[i:], False))
+        out.append((text[:i] + rng.choice('{}[]"<>,:\\\n') + text[i + 1 :], False))
+    return out
+
+
+def _chunked(text: str, rng: random.Random) -> list[str]:
+    chunks, i = [], 0
+    while i < len(text):
+        n = rng.randint(1, 7)
+        chunks.append(text[i : i + n])
+        i += n
+    return chunks
+
+
+def _check_stream(parser: Any, chunks: list[str], cut: bool) -> None:
+    events = [e for chunk in chunks for e in parser.push(ContentDelta(chunk))]
+    if cut:
+        parser.cut_off()
+    events += parser.finish()
+    calls = [e for e in events if isinstance(e, ToolCallDelta)]
+    assert [c.call_index for c in calls] == list(range(len(calls)))
+    for call in calls:
+        assert isinstance(call.name, str) and call.name
+        assert isinstance(json.loads(call.arguments), dict)
+    assert all(isinstance(e, ContentDelta | ToolCallDelta) for e in events)
+
+
+@pytest.mark.parametrize("fmt", ALL, ids=lambda f: f.value)
+def test_fuzzed_calls_never_break_the_stream(fmt: ToolCallFormat) -> None:
+    """A cut, duplicated or garbled call ends cleanly: content and well-formed calls only."""
+    rng = random.Random(fmt.value)
+    calls = [CALL_1, CALL_2] if fmt in PARALLEL else [CALL_1]
+    text = "Checking.\n" + WRITERS[fmt](calls)
+    syntax = SYNTAXES[fmt]
+    for mutated, cut in _mutations(text, tuple(syntax.triggers), rng):
+        for chunks in ([mutated], _chunked(mutated, rng)):
+            _check_stream(ToolCallParser(fmt, tools=TOOLS), chunks, cut)
+
+
+def test_fuzzed_generic_replies_never_break_the_stream() -> None:
+    from llamactl.engine.chat.generic_tools import GenericReplyParser
+
+    rng = random.Random(7)
+    text = (
+        '{"tool_calls": [{"name": "get_weather", "arguments": {"location": "Paris, FR"}}, '
+        '{"name": "get_time", "arguments": {"tz": "UTC"}}]}'
+    )
+    answer = '{"response": "It is \\"sunny\\" \\u00e9\\ud83d\\ude00 today."}'
+    for source in (text, answer):
+        for mutated, cut in _mutations(source, ('{"tool_call', '{"response": "', "\\u"), rng):
+            for chunks in ([mutated], _chunked(mutated, rng)):
+                _check_stream(GenericReplyParser(), chunks, cut)

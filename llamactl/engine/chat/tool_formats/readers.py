@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from typing import Any
 
 from llamactl.engine.chat.tool_formats.base import ParsedCall, Reader, Schemas
@@ -250,7 +251,9 @@ def read_pythonic(c: Cursor, schemas: Schemas) -> list[ParsedCall]:
     c.expect("<|tool_call_start|>")
     body = c.until("<|tool_call_end|>")[0]
     try:
-        tree = ast.parse(body.strip(), mode="eval").body
+        with warnings.catch_warnings():  # a "\\," in model text is its problem, not a warning
+            warnings.simplefilter("ignore")
+            tree = ast.parse(body.strip(), mode="eval").body
     except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
         raise NotACall from exc
     nodes = tree.elts if isinstance(tree, ast.List) else [tree]
