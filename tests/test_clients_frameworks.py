@@ -143,52 +143,19 @@ def test_llama_index_openai_like(server: LiveServer) -> None:
 # --------------------------------------------------------------------------------- litellm
 
 
-def test_litellm_openai_route(server: LiveServer) -> None:
+@pytest.mark.parametrize(
+    ("model", "route"),
+    [("openai/smollm2", "v1"), ("anthropic/claude-sonnet-4-5", "url")],
+    ids=["openai-route", "anthropic-route"],
+)
+def test_litellm(server: LiveServer, model: str, route: str) -> None:
+    """litellm's OpenAI route (chat completions) and Anthropic route (/v1/messages)."""
     import litellm
 
     def complete(messages: list[dict[str, Any]], **kw: Any) -> Any:
         return litellm.completion(
-            model="openai/smollm2",
-            api_base=server.v1,
-            api_key="none",
-            messages=messages,
-            temperature=0,
-            max_tokens=ANSWER,
-            **kw,
-        )
-
-    question = [{"role": "user", "content": "Name a colour of the sky."}]
-    whole = complete(question).choices[0].message.content
-    assert whole
-    streamed = "".join(
-        chunk.choices[0].delta.content or "" for chunk in complete(question, stream=True)
-    )
-    assert streamed == whole
-
-    ask = [{"role": "user", "content": "What is the weather in Oslo?"}]
-    called = complete(ask, tools=[WEATHER_TOOL], tool_choice="required").choices[0]
-    assert called.finish_reason == "tool_calls"
-    (call,) = called.message.tool_calls
-    arguments = json.loads(call.function.arguments)
-    result = {"role": "tool", "tool_call_id": call.id, "content": get_weather(**arguments)}
-    history = [*ask, called.message.model_dump(exclude_none=True), result]
-    assert complete(history, tools=[WEATHER_TOOL]).choices[0].finish_reason
-
-    follow = [
-        *question,
-        {"role": "assistant", "content": whole},
-        {"role": "user", "content": "Why?"},
-    ]
-    assert_second_turn_hits_the_cache(server, lambda: complete(question), lambda: complete(follow))
-
-
-def test_litellm_anthropic_route(server: LiveServer) -> None:
-    import litellm
-
-    def complete(messages: list[dict[str, Any]], **kw: Any) -> Any:
-        return litellm.completion(
-            model="anthropic/claude-sonnet-4-5",
-            api_base=server.url,
+            model=model,
+            api_base=getattr(server, route),
             api_key="none",
             messages=messages,
             temperature=0,
@@ -209,6 +176,7 @@ def test_litellm_anthropic_route(server: LiveServer) -> None:
 
     ask = [{"role": "user", "content": "What is the weather in Oslo?"}]
     called = complete(ask, tools=[WEATHER_TOOL], tool_choice="required").choices[0]
+    assert called.finish_reason == "tool_calls"
     (call,) = called.message.tool_calls
     assert call.function.name == "get_weather"
     arguments = json.loads(call.function.arguments)
