@@ -245,7 +245,11 @@ def _server_loop(port: int) -> asyncio.AbstractEventLoop:
     """The event loop of the in-process server listening on `port` (other modules' servers may
     be running too)."""
     for obj in gc.get_objects():
-        if isinstance(obj, uvicorn.Server) and obj.config.port == port and obj.servers:
+        try:  # a weak proxy whose referent is gone raises on isinstance
+            found = isinstance(obj, uvicorn.Server)
+        except ReferenceError:
+            continue
+        if found and obj.config.port == port and obj.servers:
             return obj.servers[0].get_loop()
     raise AssertionError(f"no uvicorn server on port {port}")
 

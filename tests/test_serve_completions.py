@@ -157,9 +157,10 @@ def test_errors(server, patch, message):
 
 
 def test_more_errors(server):
-    r = post(server, {"prompt": "x " * 5000})
+    too_long = "x " * (server.state.engine.n_ctx_slot + 100)
+    r = post(server, {"prompt": too_long})
     assert r.status_code == 400 and error_of(r)["type"] == "exceed_context_size_error"
-    tokens = len(server.state.engine.model.tokenize("x " * 5000))
+    tokens = len(server.state.engine.model.tokenize(too_long))
     assert error_of(r)["n_prompt_tokens"] == tokens and error_of(r)["n_ctx"] < tokens
     r = post(server, {"prompt": [1, 2, 10**9]})
     assert r.status_code == 400 and "vocabulary" in error_of(r)["message"]
