@@ -75,6 +75,7 @@ def refused(events: list[dict[str, Any]]) -> list[str]:
     return [m for m in messages if '"code"' in m or "invalid_request" in m or "status" in m]
 
 
+@pytest.mark.timeout(1500)  # two agent sessions: a cold ~6k-token prefill, then a warm one
 def test_codex_sessions_are_accepted_streamed_and_cached(
     gemma_server: LiveServer, tmp_path: Path
 ) -> None:

@@ -269,10 +269,11 @@ def test_a_tool_result_round_trip_streams(server) -> None:
 def test_anthropic_and_responses_get_calls_too(server) -> None:
     message = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0).messages.create(
         model="any",
-        max_tokens=96,
+        max_tokens=256,
         tools=[{"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}],
         tool_choice={"type": "any"},
         messages=[{"role": "user", "content": "Weather in Lima?"}],
+        extra_body={"temperature": 0},  # greedy (this SDK no longer takes it as an argument)
     )
     assert message.stop_reason == "tool_use"
     assert any(block.type == "tool_use" for block in message.content)
@@ -281,7 +282,8 @@ def test_anthropic_and_responses_get_calls_too(server) -> None:
         input="Weather in Lima?",
         tools=[{"type": "function", **WEATHER["function"]}],
         tool_choice="required",
-        max_output_tokens=96,
+        max_output_tokens=256,
+        temperature=0,
     )
     kinds = {item.type for item in response.output}
     assert kinds == {"function_call"}  # one or more: Responses allows parallel calls
