@@ -33,6 +33,7 @@ from llamactl import (
     read_gguf_info,
 )
 from llamactl.config import Settings
+from llamactl.engine.limits import DEFAULT_SLOT_CTX
 from llamactl.engine_settings import chat_template, decision_config, model_load, open_engine
 
 __all__ = [
@@ -127,7 +128,7 @@ def load_embedder_only(settings: Settings, model_path: Path) -> Loaded:
     context and nothing else (llama-server serves such a model the same way)."""
     model = Model(model_path, load=model_load(settings))
     try:
-        n_ctx = settings.n_ctx or min(model.info.n_ctx_train, 4096)
+        n_ctx = settings.n_ctx or min(model.info.n_ctx_train, DEFAULT_SLOT_CTX)
         ranks = settings.rerank and _rank_head(model)
         return Loaded(embeddings=open_embeddings(settings, model, n_ctx, ranks=ranks))
     except BaseException:
