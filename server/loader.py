@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llamactl import (
+    DEFAULT_SLOT_CTX,
     AudioService,
     ChatModel,
     DecisionEngine,
@@ -33,7 +34,6 @@ from llamactl import (
     read_gguf_info,
 )
 from llamactl.config import Settings
-from llamactl.engine.limits import DEFAULT_SLOT_CTX
 from llamactl.engine_settings import chat_template, decision_config, model_load, open_engine
 
 __all__ = [

@@ -21,6 +21,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "llamactl.engine.grammar": ("json_grammar", "json_schema_grammar"),
     "llamactl.engine.speculative": ("parse_spec_types",),
     "llamactl.engine.lora": ("check_lora_adapter",),
+    "llamactl.engine.limits": ("DEFAULT_SLOT_CTX",),
     "llamactl.engine.quantize": ("QUANT_TYPES", "quantize_gguf"),
     # chat
     "llamactl.engine.chat.model": ("ChatModel", "ChatRequest", "ChatStream", "RenderedChat"),
@@ -141,6 +142,7 @@ if TYPE_CHECKING:
     from llamactl.engine.grammar import json_grammar, json_schema_grammar
     from llamactl.engine.image_header import IMAGE_FORMATS, ImageHeader, read_image_header
     from llamactl.engine.infill import FimTokens, infill_tokens
+    from llamactl.engine.limits import DEFAULT_SLOT_CTX
     from llamactl.engine.lora import check_lora_adapter
     from llamactl.engine.media_prompt import UNSUPPORTED_MEDIA_MESSAGES, MediaInput
     from llamactl.engine.model import Model
@@ -170,6 +172,7 @@ if TYPE_CHECKING:
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
+    "DEFAULT_SLOT_CTX",
     "EAGERNESS",
     "EMBEDDED_ALIASES",
     "IMAGE_FORMATS",
