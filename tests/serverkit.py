@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,8 @@ from llamactl.config import load_settings
 class LiveServer:
     url: str
     app: Any
+    # every HTTP response so far: (method, path, status), in the order they started
+    answered: list[tuple[str, str, int]] = field(default_factory=list)
 
     @property
     def state(self):
@@ -77,7 +79,8 @@ def serve_app(app: Any, settings: Any) -> Iterator[LiveServer]:
     with the uvicorn options `llamactl serve` uses."""
     port = free_port()
     options = uvicorn_options(settings, host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(uvicorn.Config(app, **options))
+    answered: list[tuple[str, str, int]] = []
+    server = uvicorn.Server(uvicorn.Config(_recording(app, answered), **options))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
@@ -94,10 +97,29 @@ def serve_app(app: Any, settings: Any) -> Iterator[LiveServer]:
             raise RuntimeError(f"server did not become healthy: {error}")
         time.sleep(0.05)
     try:
-        yield LiveServer(url, app)
+        yield LiveServer(url, app, answered)
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+def _recording(app: Any, answered: list[tuple[str, str, int]]) -> Any:
+    """`app` with each HTTP response's method, path and status appended to `answered` (what
+    a client was told, which a real client's own output may hide: Claude Code retries a 400)."""
+
+    async def recorder(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+
+        async def send_status(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                answered.append((scope["method"], scope["path"], message["status"]))
+            await send(message)
+
+        await app(scope, receive, send_status)
+
+    return recorder
 
 
 @dataclass(frozen=True)

@@ -693,11 +693,15 @@ BILLING = "x-anthropic-billing-header: cc_version=2.1.197.{stamp}; cc_entrypoint
 def claude_code_request(stamp: str, question: str) -> dict:
     """The shape of Claude Code 2.1's requests: the billing line as the first system block
     (its stamp changes with each session), the instructions after it, a system message among
-    the turns."""
+    the turns; 2.1.332's thinking display, context edits and effort."""
     return {
-        "model": "claude-sonnet-4-5",
+        "model": "claude-opus-5-5",
         "max_tokens": 8,
         "temperature": 0,
+        "thinking": {"type": "adaptive", "display": "updates"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "output_config": {"effort": "medium"},
+        "metadata": {"user_id": '{"device_id":"8d3a","account_uuid":"","session_id":"b18b"}'},
         "system": [
             {"type": "text", "text": BILLING.format(stamp=stamp, cch=stamp[::-1])},
             {

@@ -166,7 +166,9 @@ class ThinkingParam(_Lenient):
 
     type: Literal["enabled", "disabled", "adaptive", "between_tools"]
     budget_tokens: int | None = Field(default=None, ge=1)
-    display: Literal["summarized", "omitted"] | None = None
+    # "updates" (Claude Code 2.1.3xx, a beta) streams thinking as it comes, as "summarized"
+    # does here: a local model's thinking is never summarised
+    display: Literal["summarized", "omitted", "updates"] | None = None
 
 
 class MetadataParam(_Lenient):
