@@ -130,6 +130,47 @@ def claude_session(
     return events
 
 
+def opencode_session(
+    live: LiveServer, tmp: Path, prompt: str, max_requests: int
+) -> list[dict[str, Any]]:
+    """One `opencode run --format json` session with its home (XDG directories) and project
+    under `tmp`; its events. The provider is configured as opencode's docs say for a local
+    OpenAI-compatible server, answers capped at 128 tokens (its requests ask 32000)."""
+    home, work = tmp / "home", tmp / "work"
+    home.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    model = {"name": "gemma", "limit": {"context": 32768, "output": 128}}
+    provider = {
+        "npm": "@ai-sdk/openai-compatible",
+        "name": "llamactl",
+        "options": {"baseURL": live.v1},
+        "models": {"gemma": model},
+    }
+    config = {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {"llamactl": provider},
+        "model": "llamactl/gemma",
+        "autoupdate": False,
+        "share": "disabled",
+    }
+    (work / "opencode.json").write_text(json.dumps(config))
+    command = [str(agent_binary("opencode")), "run", "--format", "json", "-m", "llamactl/gemma"]
+    command.append(prompt)
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+        "PWD": str(work),  # opencode takes its project from $PWD, not the working directory
+        "NO_COLOR": "1",
+    }
+    events, statuses = run_agent(live, command, env, work, max_requests)
+    assert statuses and all(s == 200 for s in statuses), statuses
+    return events
+
+
 @pytest.mark.timeout(1500)  # two agent sessions: a cold ~6k-token prefill, then a warm one
 def test_codex_sessions_are_accepted_streamed_and_cached(
     gemma_server: LiveServer, tmp_path: Path
@@ -170,3 +211,23 @@ def test_claude_code_sessions_are_accepted_streamed_and_cached(
     )
     assert second[0]["type"] == "system"
     assert cached > 8000 and cached > 3 * decoded, (cached, decoded)
+
+
+@pytest.mark.timeout(900)  # a cold ~7.4k-token prefill, then warm steps
+def test_opencode_steps_call_tools_and_reuse_the_cache(
+    gemma_server: LiveServer, tmp_path: Path
+) -> None:
+    # a title request (its own small prompt), then the agent's steps: Gemma calls `read`, the
+    # file's text goes back, the next step follows
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "notes.txt").write_text("The launch code is 4471.\n")
+    events = opencode_session(gemma_server, tmp_path, "Read the file notes.txt.", max_requests=4)
+    calls = [e["part"] for e in events if e["type"] == "tool_use"]
+    assert calls and all(c["state"]["status"] in ("completed", "error") for c in calls), calls
+    steps = [e["part"] for e in events if e["type"] == "step_finish"]
+    assert len(steps) >= 2 and steps[0]["reason"] == "tool-calls", steps
+    # what opencode itself read from the usage: each step reuses the whole prompt of the step
+    # before it (the call the model wrote is decoded again: docs/clients.md)
+    for before, after in zip(steps, steps[1:], strict=False):
+        prompt = before["tokens"]["input"] + before["tokens"]["cache"]["read"]
+        assert after["tokens"]["cache"]["read"] >= prompt - 8, (before, after)

@@ -172,6 +172,21 @@ def test_history_calls_and_results_are_written_in_the_reply_format() -> None:
     assert messages[0]["content"] == "Be brief."  # the caller's messages are left alone
 
 
+def test_a_past_answer_is_written_as_the_reply_the_model_wrote() -> None:
+    messages = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": 'Hello, "you".'},
+        {"role": "user", "content": "Go on"},
+        {"role": "assistant", "content": "Well"},
+    ]
+    out = generic_messages(messages, TOOLS)
+    assert out[2]["content"] == '{"response": "Hello, \\"you\\"."}'
+    assert out[4]["content"] == '{"response": "Well"}'
+    # a prefill the model continues stays as written; without tools nothing is rewritten
+    assert generic_messages(messages, TOOLS, continued=True)[4]["content"] == "Well"
+    assert generic_messages(messages, None) == messages
+
+
 def test_without_tools_described_only_the_history_is_rewritten() -> None:
     messages = [{"role": "user", "content": "Hi"}]
     assert generic_messages(messages, None) == messages
@@ -202,6 +217,42 @@ def test_the_grammar_accepts_each_reply_shape_and_nothing_else(vocab_model) -> N
         vocab_model, named, '{"tool_call": {"name": "get_time", "arguments": {}}}'
     )
     compile_grammar(vocab_model, generic_grammar([{"name": "free"}], "auto"))
+
+
+NESTED = {
+    "type": "function",
+    "function": {
+        "name": "plan",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "steps": {"type": "array", "items": {"type": "string"}},
+                "options": {"type": "object"},
+                "a space b": {"type": "integer"},
+            },
+            "required": ["steps"],
+        },
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"steps": []}, {"steps": ["a", "b"], "options": {"x": [1, {"y": None}]}}, {"steps": ["é"]}],
+)
+def test_the_grammar_spaces_replies_as_the_history_renders_them(vocab_model, arguments) -> None:
+    """The model can write a reply only as `json.dumps` writes it, so the call read back into
+    the next request is the same text, token for token (the prompt cache keeps it)."""
+    grammar = generic_grammar([NESTED], "auto")
+    reply = {"tool_call": {"name": "plan", "arguments": arguments}}
+    assert grammar_accepts(vocab_model, grammar, json.dumps(reply, ensure_ascii=False))
+    for other in (json.dumps(reply, separators=(",", ":")), json.dumps(reply, indent=1)):
+        if other != json.dumps(reply):
+            assert not grammar_accepts(vocab_model, grammar, other), other
+    spaced = json.dumps(reply)[:-2] + " }}"
+    assert not grammar_accepts(vocab_model, grammar, spaced)
+    assert grammar_accepts(vocab_model, grammar, '{"response": "Fine, thanks."}')
+    assert not grammar_accepts(vocab_model, grammar, '{"response": "Fine, thanks." }')
 
 
 # --------------------------------------------------------------------- the embedded model
@@ -264,6 +315,23 @@ def test_a_tool_result_round_trip_streams(server) -> None:
     assert text and finish in ("stop", "length")
     again = ask(server, messages=history, tool_choice="none").choices[0].message.content
     assert again == text  # streamed = whole, greedy
+
+
+def test_the_next_turn_reuses_the_prompt_before_the_call(server) -> None:
+    """The request carrying a call's result reuses all the first request's prompt. The call
+    itself is decoded again: under the grammar the model writes it in other pieces than the
+    tokenizer cuts the same text into (`{` `"` `t` `oo` `l` vs `{"` `tool`), as in llama-server."""
+    question = [{"role": "user", "content": "What time is it in Tokyo, and the weather?"}]
+    first = ask(server, messages=question, tool_choice="required")
+    call = first.choices[0].message.tool_calls[0]
+    history = [
+        *question,
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "Clear, 18 C"},
+    ]
+    second = ask(server, messages=history, tool_choice="required")
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert cached >= first.usage.prompt_tokens - 1, (cached, first.usage)
 
 
 def test_anthropic_and_responses_get_calls_too(server) -> None:

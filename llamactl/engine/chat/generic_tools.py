@@ -66,15 +66,21 @@ def generic_messages(
     *,
     answer: bool = True,
     parallel: bool = False,
+    continued: bool = False,
 ) -> list[Message]:
     """`messages` for a template without tools: the tools described in the system message
-    (when `tools`), each past call as the assistant's JSON, each result as a user message."""
+    (when `tools`), each past call as the assistant's JSON, each result as a user message.
+    With tools described, a past answer is written as the reply object the model wrote
+    (`{"response": ...}`), unless it is the last message and `continued` (a prefill)."""
     names: dict[str, str] = {}  # tool_call_id -> tool name, for results that do not say
     out: list[Message] = []
-    for message in messages:
+    last = len(messages) - 1
+    for i, message in enumerate(messages):
         role = message.get("role")
         if role == "assistant" and message.get("tool_calls"):
             out.append(_assistant_calls(message, names))
+        elif role == "assistant" and tools and not (continued and i == last):
+            out.append(_answer(message))
         elif role == "tool":
             out.append(_tool_result(message, names))
         else:
@@ -111,6 +117,11 @@ def _assistant_calls(message: Message, names: dict[str, str]) -> Message:
     return out
 
 
+def _answer(message: Message) -> Message:
+    text = content_text(message.get("content"))
+    return {**message, "content": json.dumps({"response": text}, ensure_ascii=False)}
+
+
 def _tool_result(message: Message, names: dict[str, str]) -> Message:
     call_id = message.get("tool_call_id")
     result: dict[str, Any] = {}
@@ -136,13 +147,15 @@ def generic_grammar(
     specs = tool_specs(tools)
     chosen = chosen_tools(specs, tool_choice)
     g = GrammarBuilder()
-    build = gr.json_object_call()
+    # spaced as the history renders calls and answers back (`json.dumps`): a reply read
+    # back is the very text the model wrote, and the next turn reuses its tokens
+    build = gr.json_object_call(canonical=True)
     options = [gr.calls(g, chosen or specs, False, build, before=CALL_HEAD, after="}")]
     if parallel:
         many = gr.calls(g, chosen or specs, True, build, separator=", ", before=CALLS_HEAD)
         options.append(f"{many} {literal(']}')}")
     if chosen is None:
-        text = g.schema({"type": "string"})
+        text = g.schema({"type": "string"}, canonical=True)
         options.append(f"{literal(RESPONSE_HEAD[:-1])} {text} {literal('}')}")
     return g.render(after_reasoning(alternatives(options), reasoning, reasoning_open))
 

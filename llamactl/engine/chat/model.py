@@ -140,6 +140,7 @@ class ChatModel:
                 described,
                 answer=answers_allowed(req.tool_choice),
                 parallel=req.parallel_tool_calls,
+                continued=cont,
             )
             tools = None
         text = self.template.render(

@@ -62,8 +62,12 @@ class GrammarBuilder:
         self._rules[unique] = body
         return unique
 
-    def schema(self, schema: Mapping[str, Any]) -> str:
-        """A rule matching the JSON values valid for `schema`."""
+    def schema(self, schema: Mapping[str, Any], *, canonical: bool = False) -> str:
+        """A rule matching the JSON values valid for `schema`.
+
+        `canonical`: spaced exactly as `json.dumps` spaces it (", " and ": ", nowhere else),
+        so a value read back into the history renders to the very text the model wrote and
+        the prompt cache keeps its tokens."""
         # here: parsing tool calls must not load llama.cpp
         from llamactl.engine.grammar import schema_to_gbnf
 
@@ -74,7 +78,10 @@ class GrammarBuilder:
             if " ::= " not in line:
                 continue
             name, body = line.split(" ::= ", 1)
-            self._rules[prefix + name.strip()] = _prefix_names(body, prefix)
+            name = name.strip()
+            if canonical:
+                body = '""' if name == "space" else _CANONICAL_SEPARATOR.sub(r'"\1 "', body)
+            self._rules[prefix + name] = _prefix_names(body, prefix)
         return prefix + "root"
 
     def excluding(self, *stops: str) -> str:
@@ -105,6 +112,9 @@ class GrammarBuilder:
         lines += [f"{name} ::= {body}" for name, body in self._rules.items()]
         return "\n".join(lines) + "\n"
 
+
+# llama.cpp's schema converter writes a separator as the literal then its `space` rule
+_CANONICAL_SEPARATOR = re.compile(r'(?<!\\)"([:,])" space(?![\w-])')
 
 _TYPING_KEYS = {
     "$ref", "type", "const", "enum", "anyOf", "oneOf", "allOf",

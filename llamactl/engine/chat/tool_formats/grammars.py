@@ -56,12 +56,16 @@ def calls(
     return " ".join(parts)
 
 
-def json_object_call(name_key: str = "name", args_key: str = "arguments") -> CallBuilder:
-    """{"name": "f", "arguments": {...}} with the arguments per the tool's schema."""
+def json_object_call(
+    name_key: str = "name", args_key: str = "arguments", *, canonical: bool = False
+) -> CallBuilder:
+    """{"name": "f", "arguments": {...}} with the arguments per the tool's schema
+    (`canonical`: spaced as json.dumps spaces them)."""
 
     def build(g: GrammarBuilder, tool: ToolSpec) -> str:
         head = "{" + f"{json.dumps(name_key)}: {json.dumps(tool.name)}, {json.dumps(args_key)}: "
-        return f"{literal(head)} {g.schema(parameters_schema(tool))} {literal('}')}"
+        arguments = g.schema(parameters_schema(tool), canonical=canonical)
+        return f"{literal(head)} {arguments} {literal('}')}"
 
     return build
 
