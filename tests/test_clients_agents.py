@@ -32,15 +32,23 @@ def gemma_server() -> Iterator[LiveServer]:
         yield live
 
 
+def project(tmp: Path) -> tuple[Path, Path]:
+    """An agent's home and project directories under `tmp` (made if missing)."""
+    home, work = tmp / "home", tmp / "work"
+    home.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    return home, work
+
+
 def run_agent(
     live: LiveServer,
     command: list[str],
     env: dict[str, str],
     cwd: Path,
     max_requests: int,
-) -> tuple[list[dict[str, Any]], list[int]]:
-    """Run an agent's one-shot command against `live`; the JSON events it printed and the
-    statuses of the requests it sent.
+) -> list[dict[str, Any]]:
+    """Run an agent's one-shot command against `live`; the JSON events it printed. Every
+    request it sent must have been answered 200 at once (agents retry a 400 without telling).
 
     A 270M model may call tools round after round (what it calls depends on the path and date
     in the prompt), and a one-shot agent has no turn limit: the agent is stopped when it sends
@@ -68,16 +76,15 @@ def run_agent(
     events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     assert events, f"{command[0]} printed no events (exit {agent.returncode}): {stderr[-2000:]}"
     statuses = [status for _, path, status in live.answered[seen:] if path != "/health"]
-    return events, statuses
+    assert statuses and all(s == 200 for s in statuses), statuses
+    return events
 
 
 def codex_session(
     live: LiveServer, tmp: Path, prompt: str, max_requests: int
 ) -> list[dict[str, Any]]:
     """One `codex exec --json` session with its home and project under `tmp`; its events."""
-    home, work = tmp / "home", tmp / "work"
-    home.mkdir(parents=True, exist_ok=True)
-    work.mkdir(parents=True, exist_ok=True)
+    home, work = project(tmp)
     provider = f'{{name="llamactl", base_url="{live.v1}", wire_api="responses"}}'
     command = [
         str(agent_binary("codex")),
@@ -93,9 +100,7 @@ def codex_session(
         prompt,
     ]
     env = {**os.environ, "CODEX_HOME": str(home), "NO_COLOR": "1"}
-    events, statuses = run_agent(live, command, env, work, max_requests)
-    assert statuses and all(s == 200 for s in statuses), statuses
-    return events
+    return run_agent(live, command, env, work, max_requests)
 
 
 def claude_session(
@@ -103,9 +108,7 @@ def claude_session(
 ) -> list[dict[str, Any]]:
     """One `claude -p` session (stream-json) with its home and project under `tmp`; its events.
     Answers are capped at 64 tokens (Claude Code asks 32000 by default)."""
-    home, work = tmp / "home", tmp / "work"
-    home.mkdir(parents=True, exist_ok=True)
-    work.mkdir(parents=True, exist_ok=True)
+    home, work = project(tmp)
     (work / "notes.txt").write_text("The launch code is 4471.\n")
     command = [
         str(agent_binary("claude")),
@@ -124,10 +127,7 @@ def claude_session(
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "64",
         "NO_COLOR": "1",
     }
-    events, statuses = run_agent(live, command, env, work, max_requests)
-    # every request answered at once: a 400 would be retried by Claude Code and hidden
-    assert statuses and all(s == 200 for s in statuses), statuses
-    return events
+    return run_agent(live, command, env, work, max_requests)
 
 
 def opencode_session(
@@ -136,9 +136,7 @@ def opencode_session(
     """One `opencode run --format json` session with its home (XDG directories) and project
     under `tmp`; its events. The provider is configured as opencode's docs say for a local
     OpenAI-compatible server, answers capped at 128 tokens (its requests ask 32000)."""
-    home, work = tmp / "home", tmp / "work"
-    home.mkdir(parents=True, exist_ok=True)
-    work.mkdir(parents=True, exist_ok=True)
+    home, work = project(tmp)
     model = {"name": "gemma", "limit": {"context": 32768, "output": 128}}
     provider = {
         "npm": "@ai-sdk/openai-compatible",
@@ -166,9 +164,7 @@ def opencode_session(
         "PWD": str(work),  # opencode takes its project from $PWD, not the working directory
         "NO_COLOR": "1",
     }
-    events, statuses = run_agent(live, command, env, work, max_requests)
-    assert statuses and all(s == 200 for s in statuses), statuses
-    return events
+    return run_agent(live, command, env, work, max_requests)
 
 
 @pytest.mark.timeout(1500)  # two agent sessions: a cold ~6k-token prefill, then a warm one
@@ -179,7 +175,10 @@ def test_codex_sessions_are_accepted_streamed_and_cached(
     kinds = {e["type"] for e in first}
     assert {"thread.started", "turn.started"} <= kinds
     items = [e["item"]["type"] for e in first if e["type"] == "item.completed"]
-    assert {"agent_message", "command_execution", "reasoning"} & set(items), items
+    # Codex read an answer: an item of the model's, or the cut the server reported (a 270M
+    # model may write its first reply past max_tokens; Codex then ends the turn, as it should)
+    cut = [e for e in first if "reason: max_output_tokens" in json.dumps(e)]
+    assert {"agent_message", "command_execution", "reasoning"} & set(items) or cut, first
 
     # A new session in the same project sends the same instructions, tools and context: all
     # but its own prompt is reused (the first system message is ~17 KB of instructions)
