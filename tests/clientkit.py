@@ -22,11 +22,14 @@ CLIENTS_DIR = Path(
 
 
 def agent_binary(name: str) -> Path:
-    """The npm agent `name` ("codex", "opencode", "claude"), installed by
-    scripts/install-clients.sh (run here if it was not); skips where npm is missing."""
-    path = CLIENTS_DIR / "node_modules" / ".bin" / name
+    """The agent `name` ("codex", "opencode", "claude" from npm, "aider" from PyPI), installed
+    by scripts/install-clients.sh (run here if it was not); skips where npm is missing."""
+    if name == "aider":
+        path = CLIENTS_DIR / "aider" / "bin" / "aider"
+    else:
+        path = CLIENTS_DIR / "node_modules" / ".bin" / name
     if not path.exists():
-        if shutil.which("npm") is None:
+        if name != "aider" and shutil.which("npm") is None:
             pytest.skip("npm is not installed: the agent clients cannot be installed")
         subprocess.run(["bash", str(ROOT / "scripts" / "install-clients.sh")], check=True)
     assert path.exists(), f"scripts/install-clients.sh did not install {name}"

@@ -1,7 +1,8 @@
 """The coding agents people point at a local server, run unchanged against llamactl: Codex CLI
-(`codex exec`, the Responses API) and Claude Code (`claude -p`, Anthropic Messages) on Gemma 3
-270M, whose 32k context holds their 6-12k-token prompts with the tools. The agents come from npm
-(scripts/install-clients.sh).
+(`codex exec`, the Responses API), Claude Code (`claude -p`, Anthropic Messages) and opencode
+(`opencode run`, chat completions) on Gemma 3 270M, whose 32k context holds their 6-12k-token
+prompts with the tools; aider (`aider --message`) on the embedded SmolLM2. The npm agents and
+aider's own virtual environment come from scripts/install-clients.sh.
 
 A 270M model is no coding agent: what these tests hold llamactl to is that every request the
 agent sends is accepted and answered in a stream the agent reads, and that a new session reuses
@@ -22,7 +23,7 @@ from clientkit import agent_binary, reused
 from model_matrix import gemma_path
 from serverkit import LiveServer, run_server
 
-MODEL_FIXTURES = {"gemma_server"}
+MODEL_FIXTURES = {"gemma_server", "smol_server"}
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +47,8 @@ def run_agent(
     env: dict[str, str],
     cwd: Path,
     max_requests: int,
-) -> list[dict[str, Any]]:
-    """Run an agent's one-shot command against `live`; the JSON events it printed. Every
+) -> str:
+    """Run an agent's one-shot command against `live`; what it printed. Every
     request it sent must have been answered 200 at once (agents retry a 400 without telling).
 
     A 270M model may call tools round after round (what it calls depends on the path and date
@@ -73,10 +74,15 @@ def run_agent(
                 agent.terminate()
             agent.wait(timeout=60)
     stdout, stderr = out_path.read_text(), err_path.read_text()
-    events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-    assert events, f"{command[0]} printed no events (exit {agent.returncode}): {stderr[-2000:]}"
     statuses = [status for _, path, status in live.answered[seen:] if path != "/health"]
-    assert statuses and all(s == 200 for s in statuses), statuses
+    assert statuses and all(s == 200 for s in statuses), (statuses, stderr[-2000:])
+    return stdout
+
+
+def json_events(stdout: str) -> list[dict[str, Any]]:
+    """The JSON events an agent printed, one per line (there must be some)."""
+    events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    assert events, f"the agent printed no events: {stdout[-2000:]}"
     return events
 
 
@@ -100,7 +106,7 @@ def codex_session(
         prompt,
     ]
     env = {**os.environ, "CODEX_HOME": str(home), "NO_COLOR": "1"}
-    return run_agent(live, command, env, work, max_requests)
+    return json_events(run_agent(live, command, env, work, max_requests))
 
 
 def claude_session(
@@ -127,7 +133,7 @@ def claude_session(
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "64",
         "NO_COLOR": "1",
     }
-    return run_agent(live, command, env, work, max_requests)
+    return json_events(run_agent(live, command, env, work, max_requests))
 
 
 def opencode_session(
@@ -164,21 +170,28 @@ def opencode_session(
         "PWD": str(work),  # opencode takes its project from $PWD, not the working directory
         "NO_COLOR": "1",
     }
-    return run_agent(live, command, env, work, max_requests)
+    return json_events(run_agent(live, command, env, work, max_requests))
 
 
 @pytest.mark.timeout(1500)  # two agent sessions: a cold ~6k-token prefill, then a warm one
 def test_codex_sessions_are_accepted_streamed_and_cached(
     gemma_server: LiveServer, tmp_path: Path
 ) -> None:
+    stats = gemma_server.state.engine.stats
+    before = stats.requests_total
     first = codex_session(gemma_server, tmp_path, "Say hi in three words.", max_requests=3)
+    sent = stats.requests_total - before
     kinds = {e["type"] for e in first}
     assert {"thread.started", "turn.started"} <= kinds
     items = [e["item"]["type"] for e in first if e["type"] == "item.completed"]
-    # Codex read an answer: an item of the model's, or the cut the server reported (a 270M
-    # model may write its first reply past max_tokens; Codex then ends the turn, as it should)
+    # Codex read an answer: an item of the model's, the cut the server reported (a 270M
+    # model may write its first reply past max_tokens; Codex then ends the turn), or its next
+    # request (a call Codex could not run goes back to the model without an item)
     cut = [e for e in first if "reason: max_output_tokens" in json.dumps(e)]
-    assert {"agent_message", "command_execution", "reasoning"} & set(items) or cut, first
+    assert {"agent_message", "command_execution", "reasoning"} & set(items) or cut or sent > 1, (
+        items,
+        sent,
+    )
 
     # A new session in the same project sends the same instructions, tools and context: all
     # but its own prompt is reused (the first system message is ~17 KB of instructions)
@@ -230,3 +243,50 @@ def test_opencode_steps_call_tools_and_reuse_the_cache(
     for before, after in zip(steps, steps[1:], strict=False):
         prompt = before["tokens"]["input"] + before["tokens"]["cache"]["read"]
         assert after["tokens"]["cache"]["read"] >= prompt - 8, (before, after)
+
+
+@pytest.fixture(scope="module")
+def smol_server() -> Iterator[LiveServer]:
+    # aider sends no max_tokens: the server's own default bounds its answers
+    with run_server(parallel=2, temperature=0, max_tokens=128) as live:
+        yield live
+
+
+def aider_session(live: LiveServer, tmp: Path, message: str, max_requests: int) -> str:
+    """One `aider --message` run on hello.py (no git, no repo map, nothing asked); its output."""
+    home, work = project(tmp)
+    if not (work / "hello.py").exists():
+        (work / "hello.py").write_text('def hello():\n    print("hello")\n')
+    command = [str(agent_binary("aider")), "--model", "openai/local"]
+    command += ["--openai-api-base", live.v1, "--openai-api-key", "none"]
+    command += ["--no-git", "--yes-always", "--no-show-model-warnings", "--no-check-update"]
+    command += ["--no-analytics", "--no-show-release-notes", "--map-tokens", "0", "--no-pretty"]
+    command += ["--message", message, "hello.py"]
+    # litellm's price list comes from GitHub unless told to use its own copy (offline)
+    env = {**os.environ, "HOME": str(home), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    env["BROWSER"] = "true"  # a capped answer makes aider open its docs in a browser
+    return run_agent(live, command, env, work, max_requests)
+
+
+def aider_failed(output: str) -> list[str]:
+    """What aider prints when a request fails (litellm's exceptions), not a capped answer."""
+    signs = ("litellm.", "APIError", "BadRequestError", "APIConnectionError", "Traceback")
+    return [line for line in output.splitlines() if any(sign in line for sign in signs)]
+
+
+@pytest.mark.timeout(900)
+def test_aider_streams_answers_and_reuses_its_prompt(
+    smol_server: LiveServer, tmp_path: Path
+) -> None:
+    first = aider_session(smol_server, tmp_path, "Add a docstring to the hello function.", 3)
+    assert "Model: openai/local" in first and not aider_failed(first), first
+    answer = first.split("Added hello.py to the chat.", 1)[1]
+    assert answer.strip(), first  # the streamed answer, printed as it came
+    # the next run in the same project sends the same instructions and file: reused; the new
+    # message and the edit-format reminder aider puts after it (~220 tokens) are decoded
+    second, cached, decoded = reused(
+        smol_server,
+        lambda: aider_session(smol_server, tmp_path, "Rename hello to greet.", 3),
+    )
+    assert not aider_failed(second), second
+    assert cached > 400 and cached > decoded, (cached, decoded)
