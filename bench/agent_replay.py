@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from serve import free_port, model_path, wait_healthy
+from serve import free_port, model_path, summary, wait_healthy
 
 from llamactl.layout import entry_point
 
@@ -177,11 +177,6 @@ def replay(kind: str, model: str, requests: list[dict[str, Any]], args: argparse
     return out
 
 
-def spread(values: list[float]) -> str:
-    med = statistics.median(values)
-    return f"{med:6.2f} [{min(values):.2f}-{max(values):.2f}]" if len(values) > 1 else f"{med:.2f}"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="gemma3", help="smollm2, gemma3 or a GGUF path")
@@ -229,7 +224,7 @@ def main() -> None:
         for name in kinds:
             times = [run[i][0] for run in runs[name]]
             prompt, cached = runs[name][-1][i][1], runs[name][-1][i][2]
-            cells.append(f"{spread(times)} {cached}/{prompt}")
+            cells.append(f"{summary(times, '{:.2f}')} {cached}/{prompt}")
             medians.append(statistics.median(times))
         ratio = medians[1] / medians[0] if medians[0] else float("nan")
         print(f"{i + 1:<5} {kind:<6} {cells[0]:<22} {cells[1]:<22} {ratio:.2f}")
