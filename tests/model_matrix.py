@@ -68,9 +68,16 @@ class Family:
 
     @property
     def can_trim(self) -> bool:
-        """Whether the family's memory drops a tail (rejected drafts, a cut answer)."""
+        """Whether the family's memory drops a tail (rejected drafts, a cut answer): all but
+        recurrent and hybrid ones (a sliding window drops its newest rows as dense KV does)."""
         info = self.model.info
-        return not (info.is_recurrent or info.is_hybrid or self.name == "swa")
+        return not (info.is_recurrent or info.is_hybrid)
+
+    @property
+    def speculates(self) -> bool:
+        """Whether the engine drafts for this family at its default KV type (f16): not over
+        a sliding window (context.ChatPlan.can_speculate)."""
+        return self.can_trim and self.name != "swa"
 
 
 def _lfm2_chat(factory: pytest.TempPathFactory) -> Path:

@@ -107,7 +107,9 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         self._split_streams = not config.kv_unified and config.n_parallel > 1
         self.n_ctx_seq, self.n_ctx_slot = sizes.n_ctx_seq, sizes.n_ctx_slot
         self._row_budget, self._chunk_budget = sizes.row_budget, sizes.chunk_budget
-        self._checkpoints = not self._can_trim and config.ctx_checkpoints > 0
+        # checkpoints where a cut can reach past what the memory holds: a recurrent state,
+        # or cells a sliding window has let go
+        self._checkpoints = (not self._can_trim or plan.window > 0) and config.ctx_checkpoints > 0
         cache_mib = config.cache_ram_mib
         if cache_mib is None:  # decision states seldom repeat: off unless asked for
             cache_mib = 0 if "decide" in model.info.capabilities else 8192
@@ -137,7 +139,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             self.speculators: list[Speculator] = build_speculators(
                 config,
                 model,
-                can_trim=self._can_trim,
+                can_trim=plan.can_speculate,
                 n_ctx_slot=self.n_ctx_slot,
                 n_batch=self.n_batch,
                 threads=threads,
@@ -157,6 +159,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
             config,
             self.cache,
             can_trim=self._can_trim,
+            window=plan.window,
+            split_kernels=plan.split_kernels,
             stats=self.stats,
             drafter=next((s for s in self.speculators if isinstance(s, DraftModel)), None),
         )
@@ -527,7 +531,11 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         elif req.media is not None:  # a media chunk is kept whole or decoded again, never moved
             lcp, n_reuse = req.media.floor(lcp), 0
         if self._split_kernels and lcp and not n_reuse:  # rows as a cold run makes them
-            lcp = exact_resume(lcp, len(req.prompt), parent.tiled_rows, req.media)
+            exact = exact_resume(lcp, len(req.prompt), parent.tiled_rows, req.media)
+            # unless going back needs cells a sliding window has let go: then the prefix
+            # is kept as it is, as when many of its rows were made otherwise (engine.md)
+            if self.memory.can_cut(parent, exact):
+                lcp = exact
         keep = self.memory.reuse_prefix(parent, req.prompt, lcp, n_reuse)
         now = time.perf_counter()
         slots = [parent]

@@ -1,6 +1,7 @@
 """What each slot's KV holds and how a new prompt reuses it: the longest shared prefix of a
 free slot, states saved to and restored from the RAM prompt cache, and checkpoints for models
-whose memory cannot be trimmed (recurrent and hybrid layers are rolled back to one).
+whose memory cannot be cut anywhere (recurrent and hybrid layers, and a sliding window whose
+older cells are gone, are rolled back to one).
 
 Everything here runs on the decode thread.
 """
@@ -14,7 +15,7 @@ import llama_cpp
 
 from ._backend import memory_of
 from .prompt_cache import CacheEntry, Checkpoint, PromptCache, common_prefix, load_seq, save_seq
-from .prompt_chunks import cut_rows
+from .prompt_chunks import EXACT_PIECE, cut_rows
 from .requests import EngineConfig, EngineStats, GenerationRequest
 from .slot import Slot
 from .speculative import DraftModel
@@ -34,6 +35,8 @@ class SlotMemory:
         cache: PromptCache | None,
         *,
         can_trim: bool,
+        window: int = 0,
+        split_kernels: bool = False,
         stats: EngineStats,
         drafter: DraftModel | None,
     ) -> None:
@@ -42,6 +45,10 @@ class SlotMemory:
         self.config = config
         self.cache = cache
         self._can_trim = can_trim
+        self._window = window
+        # over a cache whose kernels depend on a chunk's rows, a checkpoint never cuts a chunk
+        # below the tiled kernel's rows: the prompt takes the kernels of a cold run
+        self._min_chunk = EXACT_PIECE if split_kernels else 1
         self.stats = stats
         self.drafter = drafter  # its sequences follow the target's through the cache
         # --cache-reuse moves KV cells: only where llama.cpp can shift positions
@@ -174,22 +181,44 @@ class SlotMemory:
     # ------------------------------------------------------------ checkpoints
     def checkpoint_positions(self, slot: Slot, req: GenerationRequest, keep: int) -> list[int]:
         """Where to stop prompt chunks and checkpoint: before the last user message, before
-        earlier ones `checkpoint_min_step` apart, and 4 tokens before the prompt's end."""
+        earlier ones `checkpoint_min_step` apart, and 4 tokens before the prompt's end. Over
+        split kernels, only where the chunks on both sides keep the tiled kernel's rows (a
+        cut that would change a row's kernel is not worth its checkpoint)."""
         n = len(req.prompt)
         step = self.config.checkpoint_min_step
         last = slot.checkpoints[-1].n_tokens if slot.checkpoints else None
         starts = [p for p in req.user_starts if 0 < p < n]
-        out: list[int] = []
+        wanted: list[int] = []
         for p in starts:
             if p <= keep:
                 continue
             if p == starts[-1] or last is None or p - last >= step:
-                out.append(p)
+                wanted.append(p)
                 last = p
         near_end = n - 4
-        if near_end > keep and near_end > (out[-1] if out else 0):
-            out.append(near_end)
+        if near_end > keep and near_end > (wanted[-1] if wanted else 0):
+            wanted.append(near_end)
+        out: list[int] = []
+        stop = keep  # where the chunk before a checkpoint starts
+        for p in wanted:
+            if self._splits_whole(stop, p, n, req):
+                out.append(p)
+                stop = p
         return out
+
+    def _splits_whole(self, stop: int, p: int, n: int, req: GenerationRequest) -> bool:
+        """Whether a checkpoint at `p` leaves the chunks on both sides (from `stop`, and on to
+        the next media start or the prompt's last row) at least `_min_chunk` rows."""
+        if self._min_chunk <= 1:
+            return True
+        media = req.media
+        start, end = stop, n - 1
+        if media is not None:
+            if media.floor(p) != p or media.span_at(p) is not None:
+                return False
+            start = max([stop, *(s.end for s in media.spans if s.end <= p)])
+            end = media.next_start(p) or end
+        return p - start >= self._min_chunk and end - p >= self._min_chunk
 
     def checkpoint(self, slot: Slot) -> None:
         n = len(slot.kv_tokens)
@@ -219,7 +248,7 @@ class SlotMemory:
             self.clear(slot)
             return 0
         if keep < len(slot.kv_tokens):
-            if not self._can_trim:  # roll the recurrent state back to a checkpoint
+            if not self.can_cut(slot, keep):  # roll the state back to a checkpoint
                 keep = self._rollback(slot, keep)
                 if keep == 0:
                     return 0
@@ -229,6 +258,22 @@ class SlotMemory:
             del slot.kv_tokens[keep:]
             slot.tiled_rows = cut_rows(slot.tiled_rows, keep)
         return keep
+
+    def can_cut(self, slot: Slot, keep: int) -> bool:
+        """Whether dropping the slot's KV from `keep` on leaves what position `keep` attends
+        to. llama.cpp keeps every position of a sequence from its first held one to its last
+        and lets a sliding window's cells go oldest first, so the window before `keep` is
+        whole while its first position is held (llama-server's rule). A state loaded from
+        the prompt cache holds only its last window."""
+        if keep >= len(slot.kv_tokens):
+            return True
+        if not self._can_trim:
+            return False
+        if self._window <= 0:
+            return True
+        needed = max(0, keep - self._window + 1)  # the first position `keep` sees
+        held = llama_cpp.llama_memory_seq_pos_min(self._mem, slot.seq_id)
+        return 0 <= held <= needed
 
     def shift_chunks(self, slot: Slot, prompt: list[int], n_past: int, min_chunk: int) -> int:
         """llama-server's --cache-reuse: walk the slot's cached tokens past the common prefix;

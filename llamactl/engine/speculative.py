@@ -408,7 +408,11 @@ def build_speculators(
     if config.model_draft is not None and not types:
         types = ("draft-simple",)
     if types and not can_trim:
-        log.warning("speculative decoding is off: %s cannot trim its memory", target.path)
+        log.warning(
+            "speculative decoding is off: %s cannot drop a rejected draft exactly "
+            "(recurrent or hybrid memory; sliding-window attention over an f16 cache)",
+            target.path,
+        )
         return []
     if not 1 <= config.spec_draft_n_max <= MAX_DRAFT:  # a draft and its row stay under 64
         raise InvalidRequestError(f"spec_draft_n_max must be between 1 and {MAX_DRAFT}")
