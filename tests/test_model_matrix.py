@@ -6,8 +6,7 @@ rests on one architecture again.
 "Exact" here means token for token what a cold run gives: a fresh one-slot engine with no
 prompt cache, the request alone. Each family runs at its default KV type (f16, or bf16 for
 hybrid memory): a reused prefix was computed in other chunks than the same prompt cold, and
-over f16 the engine resumes where the rows take a cold run's kernels (prompt_chunks.py;
-`REUSE` is where a test would pin another type).
+over f16 the engine resumes where the rows take a cold run's kernels (prompt_chunks.py).
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ BACKGROUND = "Background: " + " ".join(
     f"note {i} on the migration of arctic terns." for i in range(1, 25)
 )
 TOPICS = ["cats", "the sea", "Paris", "prime numbers"]
-REUSE: dict[str, Any] = {}  # the default KV type: reuse is exact over f16 too  # where a reused prefix must answer as a cold run
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -131,7 +129,7 @@ def test_conversations_sharing_a_prefix_keep_their_own_state(family):
     """Two conversations share a long prefix; each continues on its own state whether they
     run one after the other or at once, and whatever the other left in the slots."""
     a, b = shared("What is note 3 about?"), shared("Which note comes after note 7?")
-    with open_engine(family, **REUSE) as eng:
+    with open_engine(family) as eng:
         asker = Asker(family, eng)
         ra = asker.ask(a, 0)
         rb = asker.ask(b, 1)
@@ -140,10 +138,10 @@ def test_conversations_sharing_a_prefix_keep_their_own_state(family):
         c = shared("How many notes are there?")
         together = asker.together([(a2, 0), (b2, 1), (c, 2)])
         n_a, n_b = asker.n_prompt(a, 0), asker.n_prompt(b, 1)
-    assert ra.done.token_ids == cold(family, a, 0, **REUSE)
-    assert rb.done.token_ids == cold(family, b, 1, **REUSE)
+    assert ra.done.token_ids == cold(family, a, 0)
+    assert rb.done.token_ids == cold(family, b, 1)
     for i, (messages, k) in enumerate([(a2, 0), (b2, 1), (c, 2)]):
-        assert together[i].done.token_ids == cold(family, messages, k, **REUSE), f"conversation {i}"
+        assert together[i].done.token_ids == cold(family, messages, k), f"conversation {i}"
     assert together[0].done.usage.cached_tokens >= n_a // 2
     assert together[1].done.usage.cached_tokens >= n_b // 2
 
@@ -164,14 +162,14 @@ def test_the_same_prompt_again_reuses_all_but_its_tail(family):
 
 def test_a_follow_up_turn_reuses_the_conversation(family):
     messages = shared("What is note 3 about?")
-    with open_engine(family, **REUSE) as eng:
+    with open_engine(family) as eng:
         asker = Asker(family, eng)
         first = asker.ask(messages, 0)
         turn2 = follow_up(messages, first, "And note 4?")
         second = asker.ask(turn2, 0)
         # over f16 an exact resume decodes up to MAX_REDO rows of the first turn again
         assert second.done.usage.cached_tokens >= asker.n_prompt(messages, 0) - MAX_REDO
-    assert second.done.token_ids == cold(family, turn2, 0, **REUSE)
+    assert second.done.token_ids == cold(family, turn2, 0)
 
 
 def test_an_edited_message_rolls_back_exactly(family):
@@ -179,18 +177,18 @@ def test_an_edited_message_rolls_back_exactly(family):
     message; trimmable memory keeps the whole shared prefix."""
     messages = shared("What is note 3 about?")
     edited = shared("What is note 5 about?")
-    with open_engine(family, **REUSE) as eng:
+    with open_engine(family) as eng:
         asker = Asker(family, eng)
         asker.ask(messages, 0)
         r = asker.ask(edited, 0)
     assert r.done.usage.cached_tokens > 0
-    assert r.done.token_ids == cold(family, edited, 0, **REUSE)
+    assert r.done.token_ids == cold(family, edited, 0)
 
 
 def test_a_state_from_the_prompt_cache_continues_exactly(family):
     """One slot: another conversation takes it, the first comes back from the RAM cache."""
     a = shared("What is note 3 about?")
-    with open_engine(family, n_parallel=1, **REUSE) as eng:
+    with open_engine(family, n_parallel=1) as eng:
         asker = Asker(family, eng)
         ra = asker.ask(a, 0)
         asker.ask(short(TOPICS[2]), 1)
@@ -198,7 +196,7 @@ def test_a_state_from_the_prompt_cache_continues_exactly(family):
         r = asker.ask(a2, 0)
         assert eng.cache is not None and eng.cache.stats.restores >= 1
         assert r.done.usage.cached_tokens >= asker.n_prompt(a, 0) // 2
-    assert r.done.token_ids == cold(family, a2, 0, **REUSE)
+    assert r.done.token_ids == cold(family, a2, 0)
 
 
 def test_speculation_changes_no_answer(family):
