@@ -250,3 +250,20 @@ def test_the_server_state_imports_no_api_family() -> None:
             if name.startswith("llamactl.server.") and name.split(".")[2] in FAMILIES:
                 found.append(f"{path.name} imports {name}")
     assert found == []
+
+
+def test_the_chat_engine_stands_below_the_decision_and_audio_engines() -> None:
+    """engine/'s own modules and engine/chat/ (what the chat engine is made of) never import
+    engine/decision/ or engine/audio/: those build on them (the mmproj is opened in
+    engine/projector.py for all three). Only the engine's face names them."""
+    found = []
+    paths = [*sorted((ROOT / "llamactl/engine").glob("*.py"))]
+    paths += sorted((ROOT / "llamactl/engine/chat").rglob("*.py"))
+    for path in paths:
+        if path == ROOT / "llamactl/engine/__init__.py":
+            continue
+        module = _module_name(path, "llamactl", "llamactl")
+        for name in _imports(path, module):
+            if name.startswith(("llamactl.engine.decision", "llamactl.engine.audio")):
+                found.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert found == []

@@ -52,8 +52,8 @@ from .types import Done, PromptProgress, SamplingParams, SlotInfo, Timings, Usag
 from .ubatch import plan_companions
 
 if TYPE_CHECKING:
-    from .decision.media import Projector
     from .media_prompt import MediaSpan
+    from .projector import Projector
 
 __all__ = [
     "Engine",

@@ -27,7 +27,7 @@ from llama_cpp import mtmd_cpp as mtmd
 from llamactl.core.errors import InvalidRequestError, LlamactlError, ModelLoadError
 
 from ._backend import require
-from .decision.media import Projector
+from .projector import Projector
 
 __all__ = [
     "MediaInput",

@@ -28,33 +28,6 @@ if TYPE_CHECKING:  # loaded on first use: importing llama_cpp loads the shared l
     import llama_cpp
     from llama_cpp import mtmd_cpp
 
-_errors: list[str] = []  # the latest error lines mtmd logged, for load messages
-_log_installed = False
-
-
-def _quiet_mtmd_log() -> None:
-    """Route mtmd/clip logs away from stderr, keeping errors to explain a failed load."""
-    global _log_installed
-    if _log_installed:
-        return
-    import llama_cpp
-    from llama_cpp import mtmd_cpp as mtmd
-
-    @llama_cpp.llama_log_callback
-    def _collect(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
-        if level == 4:  # GGML_LOG_LEVEL_ERROR (ggml.h: 0 none, 1 debug, 2 info, 3 warn)
-            _errors.append(text.decode("utf-8", "replace").strip())
-            del _errors[:-4]
-
-    global _callback
-    _callback = _collect  # keep the ctypes callback alive for the process
-    mtmd.mtmd_log_set(_callback, None)
-    mtmd.mtmd_helper_log_set(_callback, None)
-    _log_installed = True
-
-
-_callback = None
-
 ASR_SYSTEM = "You are a speech recognizer. Write down exactly what is said, nothing else."
 ASR_USER = "Transcribe this audio."
 MAX_TOKENS = 256
@@ -109,6 +82,7 @@ class MtmdTranscriber(Transcriber):
         from llamactl.engine.chat.template import CHATML_TEMPLATE, ChatTemplate
         from llamactl.engine.limits import physical_cores
         from llamactl.engine.model import Model
+        from llamactl.engine.projector import last_errors, open_mtmd
 
         model_path, mmproj_path = Path(model_path), Path(mmproj_path)
         if not model_path.is_file():
@@ -122,18 +96,11 @@ class MtmdTranscriber(Transcriber):
         self._sampler: llama_cpp.llama_sampler_p | None = None
         self._model = Model(model_path)
         try:
-            params = mtmd.mtmd_context_params_default()
-            params.use_gpu = False
-            params.print_timings = False
-            params.warmup = False
-            params.n_threads = self.threads
-            _quiet_mtmd_log()
-            _errors.clear()
-            ctx = mtmd.mtmd_init_from_file(str(mmproj_path).encode(), self._model.handle, params)
-            if not ctx:
-                why = "; ".join(e for e in _errors if e) or "no detail"
+            ctx = open_mtmd(mmproj_path, self._model.handle, n_threads=self.threads)
+            if ctx is None:
                 raise ModelLoadError(
-                    f"llama.cpp could not load {mmproj_path.name} for {model_path.name}: {why} "
+                    f"llama.cpp could not load {mmproj_path.name} for {model_path.name}: "
+                    f"{last_errors()} "
                     "(the projector does not fit this text model, or this llama.cpp does not "
                     f"know its type '{self.projector}')"
                 )

@@ -55,8 +55,6 @@ class TtsInfo:
 
 def probe(model: str | Path, mmproj: str | Path | None) -> TtsInfo:
     """What llama.cpp says the pair can generate; raises for missing or wrong files."""
-    from .mtmd import _errors, _quiet_mtmd_log
-
     model = Path(model)
     if not model.is_file():
         raise ModelNotFoundError(f"TTS model file not found: {model}")
@@ -67,26 +65,18 @@ def probe(model: str | Path, mmproj: str | Path | None) -> TtsInfo:
         )
     mmproj = Path(mmproj)
     _check_projector(mmproj)
-    import llama_cpp  # noqa: F401 - loads the shared library mtmd needs
     from llama_cpp import mtmd_cpp as mtmd
 
     from llamactl.engine.model import Model
+    from llamactl.engine.projector import last_errors, open_mtmd
 
     backbone = Model(model)
     ctx = None
     try:
-        params = mtmd.mtmd_context_params_default()
-        params.use_gpu = False
-        params.print_timings = False
-        params.warmup = False
-        params.n_threads = 1
-        _quiet_mtmd_log()
-        _errors.clear()
-        ctx = mtmd.mtmd_init_from_file(str(mmproj).encode(), backbone.handle, params)
-        if not ctx:
-            why = "; ".join(e for e in _errors if e) or "no detail"
+        ctx = open_mtmd(mmproj, backbone.handle, n_threads=1)
+        if ctx is None:
             raise CannotSpeakError(
-                f"llama.cpp could not load {mmproj.name} for {model.name}: {why}"
+                f"llama.cpp could not load {mmproj.name} for {model.name}: {last_errors()}"
             )
         info = mtmd.mtmd_gen_audio_get_info(ctx)
         variant = info.model_variant.decode("utf-8", "replace") if info.model_variant else ""
@@ -130,8 +120,7 @@ class MtmdSynthesizer(Synthesizer):
         from llamactl.engine.context import ContextLayout, open_context
         from llamactl.engine.limits import physical_cores
         from llamactl.engine.model import Model
-
-        from .mtmd import _errors, _quiet_mtmd_log
+        from llamactl.engine.projector import last_errors, open_mtmd
 
         self._llama, self._mtmd = llama_cpp, mtmd
         self.model_path, self.mmproj_path = Path(model), Path(mmproj)
@@ -145,21 +134,11 @@ class MtmdSynthesizer(Synthesizer):
         self._gen: mtmd.mtmd_helper_gen_audio_p | None = None
         self._backbone = Model(self.model_path)
         try:
-            params = mtmd.mtmd_context_params_default()
-            params.use_gpu = False
-            params.print_timings = False
-            params.warmup = False
-            params.n_threads = threads
-            _quiet_mtmd_log()
-            _errors.clear()
-            ctx = mtmd.mtmd_init_from_file(
-                str(self.mmproj_path).encode(), self._backbone.handle, params
-            )
-            if not ctx:
-                why = "; ".join(e for e in _errors if e) or "no detail"
+            ctx = open_mtmd(self.mmproj_path, self._backbone.handle, n_threads=threads)
+            if ctx is None:
                 raise CannotSpeakError(
                     f"llama.cpp could not load {self.mmproj_path.name} for "
-                    f"{self.model_path.name}: {why}"
+                    f"{self.model_path.name}: {last_errors()}"
                 )
             self._ctx = ctx
             info = mtmd.mtmd_gen_audio_get_info(ctx)

@@ -263,7 +263,7 @@ class DecisionEngine(DecodeLoop["_Job"]):
             if job.request.media:
                 if self.dm.projector is None:  # refused by check_media before it was queued
                     raise DecisionNotSupportedError("media need the model's mmproj")
-                job.media = self.dm.projector.open(job.request.media)
+                job.media = MediaSet(self.dm.projector, job.request.media)
             job.tasks = self.dm.builder.build(job.request, job.media)
             for task in job.tasks:
                 n = task.n_tokens

@@ -19,9 +19,9 @@ from llamactl.core.errors import ModelLoadError
 from llamactl.core.gguf_info import GGUFInfo, read_gguf_info
 from llamactl.engine.model import Model
 
+from ..projector import Projector
 from .heads import ClassifierHead, OmniHead, PointerHead
 from .labels import LabelMaker
-from .media import Projector
 from .prompt import OMNI_MAX_TOKENS, TaskBuilder, Vocab
 from .registry import DecisionType, lookup
 from .render import PromptRenderer

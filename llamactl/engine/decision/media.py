@@ -1,4 +1,5 @@
-"""Images (and audio) in decision prompts, through llama.cpp's `mtmd` and the model's mmproj.
+"""Images (and audio) in decision prompts, through llama.cpp's `mtmd` and the model's mmproj
+(opened in `engine/projector.py`).
 
 The rendered prompt holds one media marker per image; `mtmd_tokenize` splits it into text and
 media chunks. Each distinct image of a request is encoded once (`encode`), and its embeddings
@@ -9,58 +10,19 @@ are decoded into whichever sequence needs them (`decode`), so questions that sha
 from __future__ import annotations
 
 import ctypes
-import logging
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import llama_cpp
 import numpy as np
 from llama_cpp import mtmd_cpp as mtmd
 
-from llamactl.core.errors import InvalidRequestError, LlamactlError, ModelLoadError
-from llamactl.core.gguf_info import read_gguf_info
+from llamactl.core.errors import InvalidRequestError, LlamactlError
 from llamactl.engine._backend import model_of, require
 
+from ..projector import Projector
 from .types import Media
 
-log = logging.getLogger("llamactl.mtmd")
-_GGML_ERROR = 4  # ggml.h: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continuation
-
-
-@llama_cpp.llama_log_callback
-def _mtmd_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
-    """mtmd narrates every chunk it tokenizes; keep only its errors (all with
-    LLAMACTL_LLAMA_LOG=1)."""
-    if level == _GGML_ERROR or os.environ.get("LLAMACTL_LLAMA_LOG") == "1":
-        log.warning("%s", text.decode("utf-8", "replace").rstrip())
-
-
-_log_routed = False
-
-
-def _route_log() -> None:
-    global _log_routed
-    if not _log_routed:
-        mtmd.mtmd_log_set(_mtmd_log, None)
-        mtmd.mtmd_helper_log_set(_mtmd_log, None)
-        _log_routed = True
-
-
-# Projector types of decision towers the pinned llama.cpp's mtmd does not know (it answers
-# "unknown projector type"): d1-omni's SigLIP-style vision tower and its conformer audio tower.
-UNSUPPORTED_PROJECTORS = {
-    "d1omni_v": "d1-omni's vision tower",
-    "d1omni_a": "d1-omni's audio tower",
-}
-
-
-def projector_types(info) -> list[str]:
-    """Every projector type an mmproj header names (one file may hold vision and audio)."""
-    keys = ("clip.projector_type", "clip.vision.projector_type", "clip.audio.projector_type")
-    found = [info.get(k) for k in keys]
-    return list(dict.fromkeys(str(t).lower() for t in found if t))
-
+__all__ = ["MediaSet", "MediaUnit"]
 
 # mtmd_helper_decode_image_chunk's optional post-decode hook, passed as a NULL function pointer
 _NO_CALLBACK = mtmd.mtmd_helper_post_decode_callback()
@@ -74,60 +36,6 @@ class MediaUnit:
     n_tokens: int = field(compare=False)
     n_pos: int = field(compare=False)
     chunk: mtmd.mtmd_input_chunk_p = field(compare=False, repr=False)  # owned by a chunk list
-
-
-class Projector:
-    """An mmproj paired with the text model."""
-
-    def __init__(self, path: Path, model_handle: llama_cpp.llama_model_p, n_threads: int) -> None:
-        _route_log()
-        info = read_gguf_info(path)  # a wrong file is refused with a message, not an abort
-        if info.model_type != "mmproj" and info.architecture != "clip":
-            raise ModelLoadError(f"{path.name} is not an mmproj file")
-        types = projector_types(info)
-        unknown = [t for t in types if t in UNSUPPORTED_PROJECTORS]
-        if unknown:
-            towers = " and ".join(UNSUPPORTED_PROJECTORS[t] for t in unknown)
-            raise ModelLoadError(
-                f"{path.name} holds {towers} (projector type {', '.join(unknown)}), which the "
-                "llama.cpp that llama-cpp-python 0.3.36 builds cannot run; remove or rename "
-                "the mmproj to serve the model on text alone"
-            )
-        params = mtmd.mtmd_context_params_default()
-        params.use_gpu = False
-        params.n_threads = n_threads
-        params.print_timings = False
-        params.warmup = False
-        ctx = mtmd.mtmd_init_from_file(str(path).encode(), model_handle, params)
-        if not ctx:
-            named = f" (projector type {', '.join(types)})" if types else ""
-            raise ModelLoadError(
-                f"mtmd could not load the mmproj {path}{named}: the pinned llama.cpp does not "
-                "know its projector, or the file does not belong to this model (see the error "
-                "logged above)"
-            )
-        self.path = path
-        self._ctx: mtmd.mtmd_context_p | None = ctx
-        self.marker = mtmd.mtmd_default_marker().decode()
-        self.vision = bool(mtmd.mtmd_support_vision(ctx))
-        self.audio = bool(mtmd.mtmd_support_audio(ctx))
-
-    @property
-    def ctx(self) -> mtmd.mtmd_context_p:
-        if self._ctx is None:
-            raise LlamactlError(f"the mmproj {self.path.name} is closed")
-        return self._ctx
-
-    def close(self) -> None:
-        if self._ctx:
-            mtmd.mtmd_free(self._ctx)
-            self._ctx = None
-
-    def supports(self, kind: str) -> bool:
-        return self.vision if kind == "image" else self.audio
-
-    def open(self, media: tuple[Media, ...]) -> MediaSet:
-        return MediaSet(self, media)
 
 
 class MediaSet:
