@@ -602,7 +602,7 @@ class Settings:
         KvType,
         Field(
             description="KV cache type: auto (f16, outputs independent of batching; bf16 for"
-            " recurrent, hybrid and sliding-window models), bf16, f16 or q8_0."
+            " recurrent and hybrid models), bf16, f16 or q8_0."
         ),
         Flag(_CACHE, short="-ctk"),
         Engine("kv_type"),
