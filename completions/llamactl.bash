@@ -41,7 +41,7 @@ _llamactl() {
             "llamactl tui") path="$path $w" ;;
         esac
         case "$path:$w" in
-            "llamactl chat:--model"|"llamactl chat:-m"|"llamactl chat:--hf-repo"|"llamactl chat:-hf"|"llamactl chat:--ctx-size"|"llamactl chat:-c"|"llamactl chat:--threads"|"llamactl chat:--threads-batch"|"llamactl chat:-tb"|"llamactl chat:--batch-size"|"llamactl chat:-b"|"llamactl chat:--ubatch-size"|"llamactl chat:-ub"|"llamactl chat:--temp"|"llamactl chat:--temperature"|"llamactl chat:-t"|"llamactl chat:--top-p"|"llamactl chat:--top-k"|"llamactl chat:--min-p"|"llamactl chat:--seed"|"llamactl chat:--max-tokens"|"llamactl chat:--n-predict"|"llamactl chat:--predict"|"llamactl chat:-n"|"llamactl chat:--repeat-penalty"|"llamactl chat:--repeat-last-n"|"llamactl chat:--dry-multiplier"|"llamactl chat:--dry-base"|"llamactl chat:--dry-allowed-length"|"llamactl chat:--dry-penalty-last-n"|"llamactl chat:--system"|"llamactl chat:-s"|"llamactl chat:--gpu-layers"|"llamactl chat:--n-gpu-layers"|"llamactl chat:-ngl"|"llamactl chat:--split-mode"|"llamactl chat:-sm"|"llamactl chat:--main-gpu"|"llamactl chat:-mg"|"llamactl chat:--tensor-split"|"llamactl chat:-ts"|"llamactl chat:--rpc"|"llamactl chat:--flash-attn"|"llamactl chat:-fa"|"llamactl chat:--cache-type"|"llamactl chat:-ctk"|"llamactl chat:--cache-ram"|"llamactl chat:-cram"|"llamactl chat:--slot-prompt-similarity"|"llamactl chat:-sps"|"llamactl chat:--cache-reuse"|"llamactl chat:--ctx-checkpoints"|"llamactl chat:-ctxcp"|"llamactl chat:--checkpoint-min-step"|"llamactl chat:-cms"|"llamactl chat:--spec-type"|"llamactl chat:--model-draft"|"llamactl chat:-md"|"llamactl chat:--spec-draft-n-max"|"llamactl chat:--spec-draft-n-min"|"llamactl chat:--spec-draft-p-min"|"llamactl chat:--spec-ngram-mod-n-match"|"llamactl chat:--spec-ngram-mod-n-min"|"llamactl chat:--spec-ngram-mod-n-max"|"llamactl chat:--lora"|"llamactl chat:--lora-scaled"|"llamactl chat:--chat-template-file"|"llamactl chat:--chat-template"|"llamactl convert:--outfile"|"llamactl convert:-o"|"llamactl convert:--outtype"|"llamactl convert:--base"|"llamactl convert:--example"|"llamactl models:--models-dir"|"llamactl ps:--url"|"llamactl ps:--api-key"|"llamactl pull:--models-dir"|"llamactl pull:--revision"|"llamactl score:--model"|"llamactl score:-m"|"llamactl score:--state"|"llamactl score:-s"|"llamactl score:--question"|"llamactl score:-q"|"llamactl score:--image"|"llamactl score:-i"|"llamactl score:--request"|"llamactl score:-r"|"llamactl score:--mmproj"|"llamactl score:--threads"|"llamactl score:--parallel"|"llamactl score:--url"|"llamactl serve:--model"|"llamactl serve:-m"|"llamactl serve:--hf-repo"|"llamactl serve:-hf"|"llamactl serve:--ctx-size"|"llamactl serve:-c"|"llamactl serve:--parallel"|"llamactl serve:-np"|"llamactl serve:--threads"|"llamactl serve:-t"|"llamactl serve:--threads-batch"|"llamactl serve:-tb"|"llamactl serve:--batch-size"|"llamactl serve:-b"|"llamactl serve:--ubatch-size"|"llamactl serve:-ub"|"llamactl serve:--temp"|"llamactl serve:--temperature"|"llamactl serve:--top-p"|"llamactl serve:--top-k"|"llamactl serve:--min-p"|"llamactl serve:--seed"|"llamactl serve:-s"|"llamactl serve:--max-tokens"|"llamactl serve:--n-predict"|"llamactl serve:--predict"|"llamactl serve:-n"|"llamactl serve:--repeat-penalty"|"llamactl serve:--repeat-last-n"|"llamactl serve:--dry-multiplier"|"llamactl serve:--dry-base"|"llamactl serve:--dry-allowed-length"|"llamactl serve:--dry-penalty-last-n"|"llamactl serve:--host"|"llamactl serve:--api-prefix"|"llamactl serve:--timeout"|"llamactl serve:-to"|"llamactl serve:--port"|"llamactl serve:--api-key"|"llamactl serve:--api-key-file"|"llamactl serve:--sse-ping-interval"|"llamactl serve:--max-queue"|"llamactl serve:--alias"|"llamactl serve:-a"|"llamactl serve:--tags"|"llamactl serve:--pooling"|"llamactl serve:--embd-normalize"|"llamactl serve:--max-embedding-inputs"|"llamactl serve:--max-embedding-tokens"|"llamactl serve:--media-path"|"llamactl serve:--max-media-file-mib"|"llamactl serve:--gpu-layers"|"llamactl serve:--n-gpu-layers"|"llamactl serve:-ngl"|"llamactl serve:--split-mode"|"llamactl serve:-sm"|"llamactl serve:--main-gpu"|"llamactl serve:-mg"|"llamactl serve:--tensor-split"|"llamactl serve:-ts"|"llamactl serve:--rpc"|"llamactl serve:--flash-attn"|"llamactl serve:-fa"|"llamactl serve:--cache-type"|"llamactl serve:-ctk"|"llamactl serve:--cache-ram"|"llamactl serve:-cram"|"llamactl serve:--cache-persist"|"llamactl serve:--slot-save-path"|"llamactl serve:--slot-save-quota-mib"|"llamactl serve:--slot-save-max-files"|"llamactl serve:--slot-prompt-similarity"|"llamactl serve:-sps"|"llamactl serve:--cache-reuse"|"llamactl serve:--ctx-checkpoints"|"llamactl serve:-ctxcp"|"llamactl serve:--checkpoint-min-step"|"llamactl serve:-cms"|"llamactl serve:--spec-type"|"llamactl serve:--model-draft"|"llamactl serve:-md"|"llamactl serve:--spec-draft-n-max"|"llamactl serve:--spec-draft-n-min"|"llamactl serve:--spec-draft-p-min"|"llamactl serve:--spec-ngram-mod-n-match"|"llamactl serve:--spec-ngram-mod-n-min"|"llamactl serve:--spec-ngram-mod-n-max"|"llamactl serve:--lora"|"llamactl serve:--lora-scaled"|"llamactl serve:--chat-template-file"|"llamactl serve:--chat-template"|"llamactl serve:--reasoning"|"llamactl serve:-rea"|"llamactl serve:--reasoning-budget"|"llamactl serve:--reasoning-format"|"llamactl serve:--chat-template-kwargs"|"llamactl serve:--models-preset"|"llamactl serve:--models-max"|"llamactl serve:--sleep-idle-seconds"|"llamactl serve:--max-audio-seconds"|"llamactl serve:--max-audio-upload-mib"|"llamactl serve:--realtime-max-buffer-seconds"|"llamactl serve:--realtime-max-sessions"|"llamactl serve:--max-messages"|"llamactl serve:--max-stop-strings"|"llamactl serve:--max-stop-length"|"llamactl serve:--max-tools"|"llamactl serve:--max-schema-bytes"|"llamactl serve:--max-schema-depth"|"llamactl serve:--max-json-values"|"llamactl serve:--max-tokenize-bytes"|"llamactl serve:--max-media"|"llamactl serve:--max-media-pixels"|"llamactl serve:--cors-origins"|"llamactl serve:--allowed-hosts"|"llamactl serve:--max-body-size"|"llamactl serve:--body-timeout"|"llamactl serve:--header-timeout"|"llamactl serve:--max-connections"|"llamactl serve:--shutdown-grace"|"llamactl serve:--models-dir"|"llamactl serve:--log-level"|"llamactl serve:--log-file"|"llamactl serve:--log-format"|"llamactl serve:--mmproj"|"llamactl stop:--url"|"llamactl stop:--api-key"|"llamactl transcribe:--device"|"llamactl transcribe:--rate"|"llamactl transcribe:--model"|"llamactl transcribe:-m"|"llamactl transcribe:--language"|"llamactl transcribe:-l"|"llamactl transcribe:--threads"|"llamactl transcribe:-t"|"llamactl transcribe:--url"|"llamactl transcribe:--api-key"|"llamactl transcribe:--turn"|"llamactl transcribe:--eagerness"|"llamactl tts:--output"|"llamactl tts:-o"|"llamactl tts:--voice"|"llamactl tts:--speed"|"llamactl tts:--format"|"llamactl tts:--speaker-ref"|"llamactl tts:--seed"|"llamactl tts:--model"|"llamactl tts:--mmproj"|"llamactl tui:--url"|"llamactl tui:--model"|"llamactl tui:-m"|"llamactl tui:--api-key"|"llamactl tui:--device"|"llamactl tui:--turn"|"llamactl tui:--eagerness"|"llamactl tui:--audio-file"|"llamactl tui:--reasoning-budget") skip=1 ;;
+            "llamactl chat:--model"|"llamactl chat:-m"|"llamactl chat:--hf-repo"|"llamactl chat:-hf"|"llamactl chat:--ctx-size"|"llamactl chat:-c"|"llamactl chat:--threads"|"llamactl chat:-t"|"llamactl chat:--threads-batch"|"llamactl chat:-tb"|"llamactl chat:--batch-size"|"llamactl chat:-b"|"llamactl chat:--ubatch-size"|"llamactl chat:-ub"|"llamactl chat:--temp"|"llamactl chat:--temperature"|"llamactl chat:--top-p"|"llamactl chat:--top-k"|"llamactl chat:--min-p"|"llamactl chat:--seed"|"llamactl chat:--max-tokens"|"llamactl chat:--n-predict"|"llamactl chat:--predict"|"llamactl chat:-n"|"llamactl chat:--repeat-penalty"|"llamactl chat:--repeat-last-n"|"llamactl chat:--dry-multiplier"|"llamactl chat:--dry-base"|"llamactl chat:--dry-allowed-length"|"llamactl chat:--dry-penalty-last-n"|"llamactl chat:--presence-penalty"|"llamactl chat:--frequency-penalty"|"llamactl chat:--grammar"|"llamactl chat:--grammar-file"|"llamactl chat:--json-schema"|"llamactl chat:-j"|"llamactl chat:--json-schema-file"|"llamactl chat:-jf"|"llamactl chat:--system"|"llamactl chat:-s"|"llamactl chat:--gpu-layers"|"llamactl chat:--n-gpu-layers"|"llamactl chat:-ngl"|"llamactl chat:--split-mode"|"llamactl chat:-sm"|"llamactl chat:--main-gpu"|"llamactl chat:-mg"|"llamactl chat:--tensor-split"|"llamactl chat:-ts"|"llamactl chat:--rpc"|"llamactl chat:--flash-attn"|"llamactl chat:-fa"|"llamactl chat:--cache-type"|"llamactl chat:-ctk"|"llamactl chat:--cache-ram"|"llamactl chat:-cram"|"llamactl chat:--slot-prompt-similarity"|"llamactl chat:-sps"|"llamactl chat:--cache-reuse"|"llamactl chat:--ctx-checkpoints"|"llamactl chat:-ctxcp"|"llamactl chat:--checkpoint-min-step"|"llamactl chat:-cms"|"llamactl chat:--spec-type"|"llamactl chat:--model-draft"|"llamactl chat:-md"|"llamactl chat:--spec-draft-n-max"|"llamactl chat:--spec-draft-n-min"|"llamactl chat:--spec-draft-p-min"|"llamactl chat:--spec-ngram-mod-n-match"|"llamactl chat:--spec-ngram-mod-n-min"|"llamactl chat:--spec-ngram-mod-n-max"|"llamactl chat:--lora"|"llamactl chat:--lora-scaled"|"llamactl chat:--chat-template-file"|"llamactl chat:--chat-template"|"llamactl convert:--outfile"|"llamactl convert:-o"|"llamactl convert:--outtype"|"llamactl convert:--base"|"llamactl convert:--example"|"llamactl models:--models-dir"|"llamactl ps:--url"|"llamactl ps:--api-key"|"llamactl pull:--models-dir"|"llamactl pull:--revision"|"llamactl score:--model"|"llamactl score:-m"|"llamactl score:--state"|"llamactl score:-s"|"llamactl score:--question"|"llamactl score:-q"|"llamactl score:--image"|"llamactl score:-i"|"llamactl score:--request"|"llamactl score:-r"|"llamactl score:--mmproj"|"llamactl score:--threads"|"llamactl score:--parallel"|"llamactl score:--url"|"llamactl serve:--model"|"llamactl serve:-m"|"llamactl serve:--hf-repo"|"llamactl serve:-hf"|"llamactl serve:--ctx-size"|"llamactl serve:-c"|"llamactl serve:--parallel"|"llamactl serve:-np"|"llamactl serve:--threads"|"llamactl serve:-t"|"llamactl serve:--threads-batch"|"llamactl serve:-tb"|"llamactl serve:--batch-size"|"llamactl serve:-b"|"llamactl serve:--ubatch-size"|"llamactl serve:-ub"|"llamactl serve:--temp"|"llamactl serve:--temperature"|"llamactl serve:--top-p"|"llamactl serve:--top-k"|"llamactl serve:--min-p"|"llamactl serve:--seed"|"llamactl serve:-s"|"llamactl serve:--max-tokens"|"llamactl serve:--n-predict"|"llamactl serve:--predict"|"llamactl serve:-n"|"llamactl serve:--repeat-penalty"|"llamactl serve:--repeat-last-n"|"llamactl serve:--dry-multiplier"|"llamactl serve:--dry-base"|"llamactl serve:--dry-allowed-length"|"llamactl serve:--dry-penalty-last-n"|"llamactl serve:--presence-penalty"|"llamactl serve:--frequency-penalty"|"llamactl serve:--grammar"|"llamactl serve:--grammar-file"|"llamactl serve:--json-schema"|"llamactl serve:-j"|"llamactl serve:--json-schema-file"|"llamactl serve:-jf"|"llamactl serve:--host"|"llamactl serve:--api-prefix"|"llamactl serve:--timeout"|"llamactl serve:-to"|"llamactl serve:--port"|"llamactl serve:--api-key"|"llamactl serve:--api-key-file"|"llamactl serve:--sse-ping-interval"|"llamactl serve:--max-queue"|"llamactl serve:--alias"|"llamactl serve:-a"|"llamactl serve:--tags"|"llamactl serve:--pooling"|"llamactl serve:--embd-normalize"|"llamactl serve:--max-embedding-inputs"|"llamactl serve:--max-embedding-tokens"|"llamactl serve:--media-path"|"llamactl serve:--max-media-file-mib"|"llamactl serve:--gpu-layers"|"llamactl serve:--n-gpu-layers"|"llamactl serve:-ngl"|"llamactl serve:--split-mode"|"llamactl serve:-sm"|"llamactl serve:--main-gpu"|"llamactl serve:-mg"|"llamactl serve:--tensor-split"|"llamactl serve:-ts"|"llamactl serve:--rpc"|"llamactl serve:--flash-attn"|"llamactl serve:-fa"|"llamactl serve:--cache-type"|"llamactl serve:-ctk"|"llamactl serve:--cache-ram"|"llamactl serve:-cram"|"llamactl serve:--cache-persist"|"llamactl serve:--slot-save-path"|"llamactl serve:--slot-save-quota-mib"|"llamactl serve:--slot-save-max-files"|"llamactl serve:--slot-prompt-similarity"|"llamactl serve:-sps"|"llamactl serve:--cache-reuse"|"llamactl serve:--ctx-checkpoints"|"llamactl serve:-ctxcp"|"llamactl serve:--checkpoint-min-step"|"llamactl serve:-cms"|"llamactl serve:--spec-type"|"llamactl serve:--model-draft"|"llamactl serve:-md"|"llamactl serve:--spec-draft-n-max"|"llamactl serve:--spec-draft-n-min"|"llamactl serve:--spec-draft-p-min"|"llamactl serve:--spec-ngram-mod-n-match"|"llamactl serve:--spec-ngram-mod-n-min"|"llamactl serve:--spec-ngram-mod-n-max"|"llamactl serve:--lora"|"llamactl serve:--lora-scaled"|"llamactl serve:--chat-template-file"|"llamactl serve:--chat-template"|"llamactl serve:--reasoning"|"llamactl serve:-rea"|"llamactl serve:--reasoning-budget"|"llamactl serve:--reasoning-format"|"llamactl serve:--chat-template-kwargs"|"llamactl serve:--models-preset"|"llamactl serve:--models-max"|"llamactl serve:--sleep-idle-seconds"|"llamactl serve:--max-audio-seconds"|"llamactl serve:--max-audio-upload-mib"|"llamactl serve:--realtime-max-buffer-seconds"|"llamactl serve:--realtime-max-sessions"|"llamactl serve:--max-messages"|"llamactl serve:--max-stop-strings"|"llamactl serve:--max-stop-length"|"llamactl serve:--max-tools"|"llamactl serve:--max-schema-bytes"|"llamactl serve:--max-schema-depth"|"llamactl serve:--max-json-values"|"llamactl serve:--max-tokenize-bytes"|"llamactl serve:--max-media"|"llamactl serve:--max-media-pixels"|"llamactl serve:--cors-origins"|"llamactl serve:--allowed-hosts"|"llamactl serve:--max-body-size"|"llamactl serve:--body-timeout"|"llamactl serve:--header-timeout"|"llamactl serve:--max-connections"|"llamactl serve:--shutdown-grace"|"llamactl serve:--models-dir"|"llamactl serve:--log-level"|"llamactl serve:--log-file"|"llamactl serve:--log-format"|"llamactl serve:--mmproj"|"llamactl stop:--url"|"llamactl stop:--api-key"|"llamactl transcribe:--device"|"llamactl transcribe:--rate"|"llamactl transcribe:--model"|"llamactl transcribe:-m"|"llamactl transcribe:--language"|"llamactl transcribe:-l"|"llamactl transcribe:--threads"|"llamactl transcribe:-t"|"llamactl transcribe:--url"|"llamactl transcribe:--api-key"|"llamactl transcribe:--turn"|"llamactl transcribe:--eagerness"|"llamactl tts:--output"|"llamactl tts:-o"|"llamactl tts:--voice"|"llamactl tts:--speed"|"llamactl tts:--format"|"llamactl tts:--speaker-ref"|"llamactl tts:--seed"|"llamactl tts:--model"|"llamactl tts:--mmproj"|"llamactl tui:--url"|"llamactl tui:--model"|"llamactl tui:-m"|"llamactl tui:--api-key"|"llamactl tui:--device"|"llamactl tui:--turn"|"llamactl tui:--eagerness"|"llamactl tui:--audio-file"|"llamactl tui:--reasoning-budget") skip=1 ;;
         esac
     done
     # --option=value arrives as three words: --option, =, value
@@ -61,7 +61,7 @@ _llamactl() {
         "llamactl chat:--ctx-size"|"llamactl chat:-c")
             COMPREPLY=()
             return ;;
-        "llamactl chat:--threads")
+        "llamactl chat:--threads"|"llamactl chat:-t")
             COMPREPLY=()
             return ;;
         "llamactl chat:--threads-batch"|"llamactl chat:-tb")
@@ -73,7 +73,7 @@ _llamactl() {
         "llamactl chat:--ubatch-size"|"llamactl chat:-ub")
             COMPREPLY=()
             return ;;
-        "llamactl chat:--temp"|"llamactl chat:--temperature"|"llamactl chat:-t")
+        "llamactl chat:--temp"|"llamactl chat:--temperature")
             COMPREPLY=()
             return ;;
         "llamactl chat:--top-p")
@@ -108,6 +108,24 @@ _llamactl() {
             return ;;
         "llamactl chat:--dry-penalty-last-n")
             COMPREPLY=()
+            return ;;
+        "llamactl chat:--presence-penalty")
+            COMPREPLY=()
+            return ;;
+        "llamactl chat:--frequency-penalty")
+            COMPREPLY=()
+            return ;;
+        "llamactl chat:--grammar")
+            COMPREPLY=()
+            return ;;
+        "llamactl chat:--grammar-file")
+            _llamactl_files -f "$cur"
+            return ;;
+        "llamactl chat:--json-schema"|"llamactl chat:-j")
+            COMPREPLY=()
+            return ;;
+        "llamactl chat:--json-schema-file"|"llamactl chat:-jf")
+            _llamactl_files -f "$cur"
             return ;;
         "llamactl chat:--system"|"llamactl chat:-s")
             COMPREPLY=()
@@ -297,6 +315,24 @@ _llamactl() {
             return ;;
         "llamactl serve:--dry-penalty-last-n")
             COMPREPLY=()
+            return ;;
+        "llamactl serve:--presence-penalty")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--frequency-penalty")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--grammar")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--grammar-file")
+            _llamactl_files -f "$cur"
+            return ;;
+        "llamactl serve:--json-schema"|"llamactl serve:-j")
+            COMPREPLY=()
+            return ;;
+        "llamactl serve:--json-schema-file"|"llamactl serve:-jf")
+            _llamactl_files -f "$cur"
             return ;;
         "llamactl serve:--host")
             COMPREPLY=()
@@ -613,55 +649,55 @@ _llamactl() {
     esac
     case "$path" in
         "llamactl")
-            opts="--version -V --help -h"
+            opts="--version -V --help --usage -h"
             subs="chat convert models ps pull quantize score serve stop transcribe tts tui"
             args=none ;;
         "llamactl chat")
-            opts="--model -m --hf-repo -hf --ctx-size -c --threads --threads-batch -tb --batch-size -b --ubatch-size -ub --temp --temperature -t --top-p --top-k --min-p --seed --max-tokens --n-predict --predict -n --repeat-penalty --repeat-last-n --dry-multiplier --dry-base --dry-allowed-length --dry-penalty-last-n --system -s --gpu-layers --n-gpu-layers -ngl --split-mode -sm --main-gpu -mg --tensor-split -ts --rpc --mlock --mmap --no-mmap --no-repack --repack --kv-unified --no-kv-unified --flash-attn -fa --cache-type -ctk --cache-ram -cram --cache-idle-slots --no-cache-idle-slots --slot-prompt-similarity -sps --cache-reuse --ctx-checkpoints -ctxcp --checkpoint-min-step -cms --spec-type --model-draft -md --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min --spec-ngram-mod-n-match --spec-ngram-mod-n-min --spec-ngram-mod-n-max --lora --lora-scaled --lora-init-without-apply --chat-template-file --chat-template --show-timings --hide-reasoning --json --help -h"
+            opts="--model -m --hf-repo -hf --ctx-size -c --threads -t --threads-batch -tb --batch-size -b --ubatch-size -ub --temp --temperature --top-p --top-k --min-p --seed --max-tokens --n-predict --predict -n --repeat-penalty --repeat-last-n --dry-multiplier --dry-base --dry-allowed-length --dry-penalty-last-n --presence-penalty --frequency-penalty --grammar --grammar-file --json-schema -j --json-schema-file -jf --system -s --gpu-layers --n-gpu-layers -ngl --split-mode -sm --main-gpu -mg --tensor-split -ts --rpc --mlock --mmap --no-mmap --no-repack --repack --kv-unified --no-kv-unified --flash-attn -fa --cache-type -ctk --cache-ram -cram --cache-idle-slots --no-cache-idle-slots --slot-prompt-similarity -sps --cache-reuse --ctx-checkpoints -ctxcp --checkpoint-min-step -cms --spec-type --model-draft -md --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min --spec-ngram-mod-n-match --spec-ngram-mod-n-min --spec-ngram-mod-n-max --lora --lora-scaled --lora-init-without-apply --chat-template-file --chat-template --show-timings --hide-reasoning --json --help --usage -h"
             subs=""
             args=none ;;
         "llamactl convert")
-            opts="--outfile -o --outtype --mmproj --base --example --dry-run --quiet -q --json --help -h"
+            opts="--outfile -o --outtype --mmproj --base --example --dry-run --quiet -q --json --help --usage -h"
             subs=""
             args=dir ;;
         "llamactl models")
-            opts="--models-dir --json --help -h"
+            opts="--models-dir --json --help --usage -h"
             subs=""
             args=none ;;
         "llamactl ps")
-            opts="--url --api-key --all -a --json --help -h"
+            opts="--url --api-key --all -a --json --help --usage -h"
             subs=""
             args=none ;;
         "llamactl pull")
-            opts="--models-dir --revision --json --help -h"
+            opts="--models-dir --revision --json --help --usage -h"
             subs=""
             args=none ;;
         "llamactl quantize")
-            opts="--quiet -q --help -h"
+            opts="--quiet -q --help --usage -h"
             subs=""
             args=file ;;
         "llamactl score")
-            opts="--model -m --state -s --question -q --image -i --request -r --mmproj --threads --parallel --url --json --help -h"
+            opts="--model -m --state -s --question -q --image -i --request -r --mmproj --threads --parallel --url --json --help --usage -h"
             subs=""
             args=none ;;
         "llamactl serve")
-            opts="--model -m --hf-repo -hf --ctx-size -c --parallel -np --threads -t --threads-batch -tb --batch-size -b --ubatch-size -ub --temp --temperature --top-p --top-k --min-p --seed -s --max-tokens --n-predict --predict -n --repeat-penalty --repeat-last-n --dry-multiplier --dry-base --dry-allowed-length --dry-penalty-last-n --host --api-prefix --timeout -to --port --api-key --api-key-file --sse-ping-interval --metrics --max-queue --alias -a --tags --embedding --embeddings --rerank --reranking --pooling --embd-normalize --max-embedding-inputs --max-embedding-tokens --media-path --max-media-file-mib --strict-model-names --no-slots --slots --slots-content --props --jinja --no-jinja --cont-batching --no-cont-batching -cb --gpu-layers --n-gpu-layers -ngl --split-mode -sm --main-gpu -mg --tensor-split -ts --rpc --mlock --mmap --no-mmap --no-repack --repack --kv-unified --no-kv-unified --flash-attn -fa --cache-type -ctk --cache-ram -cram --cache-idle-slots --no-cache-idle-slots --cache-persist --slot-save-path --slot-save-quota-mib --slot-save-max-files --slot-prompt-similarity -sps --cache-reuse --ctx-checkpoints -ctxcp --checkpoint-min-step -cms --spec-type --model-draft -md --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min --spec-ngram-mod-n-match --spec-ngram-mod-n-min --spec-ngram-mod-n-max --lora --lora-scaled --lora-init-without-apply --chat-template-file --chat-template --reasoning -rea --reasoning-budget --reasoning-format --chat-template-kwargs --models-preset --models-max --models-autoload --no-models-autoload --sleep-idle-seconds --max-audio-seconds --max-audio-upload-mib --realtime-max-buffer-seconds --realtime-max-sessions --max-messages --max-stop-strings --max-stop-length --max-tools --max-schema-bytes --max-schema-depth --max-json-values --max-tokenize-bytes --max-media --max-media-pixels --cors-origins --allowed-hosts --max-body-size --body-timeout --header-timeout --max-connections --shutdown-grace --models-dir --log-level --verbose -v --log-file --log-format --mmproj --no-mmproj --mmproj-offload --no-mmproj-offload --help -h"
+            opts="--model -m --hf-repo -hf --ctx-size -c --parallel -np --threads -t --threads-batch -tb --batch-size -b --ubatch-size -ub --temp --temperature --top-p --top-k --min-p --seed -s --max-tokens --n-predict --predict -n --repeat-penalty --repeat-last-n --dry-multiplier --dry-base --dry-allowed-length --dry-penalty-last-n --presence-penalty --frequency-penalty --grammar --grammar-file --json-schema -j --json-schema-file -jf --host --api-prefix --timeout -to --port --api-key --api-key-file --sse-ping-interval --metrics --max-queue --alias -a --tags --embedding --embeddings --rerank --reranking --pooling --embd-normalize --max-embedding-inputs --max-embedding-tokens --media-path --max-media-file-mib --strict-model-names --no-slots --slots --slots-content --props --jinja --no-jinja --cont-batching --no-cont-batching -cb --gpu-layers --n-gpu-layers -ngl --split-mode -sm --main-gpu -mg --tensor-split -ts --rpc --mlock --mmap --no-mmap --no-repack --repack --kv-unified --no-kv-unified --flash-attn -fa --cache-type -ctk --cache-ram -cram --cache-prompt --no-cache-prompt --cache-idle-slots --no-cache-idle-slots --cache-persist --slot-save-path --slot-save-quota-mib --slot-save-max-files --slot-prompt-similarity -sps --cache-reuse --ctx-checkpoints -ctxcp --checkpoint-min-step -cms --spec-type --model-draft -md --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min --spec-ngram-mod-n-match --spec-ngram-mod-n-min --spec-ngram-mod-n-max --lora --lora-scaled --lora-init-without-apply --chat-template-file --chat-template --reasoning -rea --reasoning-budget --reasoning-format --chat-template-kwargs --models-preset --models-max --models-autoload --no-models-autoload --sleep-idle-seconds --max-audio-seconds --max-audio-upload-mib --realtime-max-buffer-seconds --realtime-max-sessions --max-messages --max-stop-strings --max-stop-length --max-tools --max-schema-bytes --max-schema-depth --max-json-values --max-tokenize-bytes --max-media --max-media-pixels --cors-origins --allowed-hosts --max-body-size --body-timeout --header-timeout --max-connections --shutdown-grace --models-dir --log-level --verbose -v --log-file --log-format --mmproj --no-mmproj --mmproj-offload --no-mmproj-offload --help --usage -h"
             subs=""
             args=none ;;
         "llamactl stop")
-            opts="--url --api-key --json --help -h"
+            opts="--url --api-key --json --help --usage -h"
             subs=""
             args=none ;;
         "llamactl transcribe")
-            opts="--mic --device --list-devices --rate --model -m --language -l --threads -t --url --api-key --turn --eagerness --json --help -h"
+            opts="--mic --device --list-devices --rate --model -m --language -l --threads -t --url --api-key --turn --eagerness --json --help --usage -h"
             subs=""
             args=file ;;
         "llamactl tts")
-            opts="--output -o --play --voice --list-voices --speed --format --speaker-ref --seed --model --mmproj --help -h"
+            opts="--output -o --play --voice --list-voices --speed --format --speaker-ref --seed --model --mmproj --help --usage -h"
             subs=""
             args=none ;;
         "llamactl tui")
-            opts="--url --model -m --api-key --device --ptt --turn --eagerness --audio-file --reasoning-budget --echo-cancel --no-echo-cancel --list-devices --help -h"
+            opts="--url --model -m --api-key --device --ptt --turn --eagerness --audio-file --reasoning-budget --echo-cancel --no-echo-cancel --list-devices --help --usage -h"
             subs=""
             args=none ;;
     esac

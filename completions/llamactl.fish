@@ -25,17 +25,17 @@ complete -c llamactl -n __fish_use_subcommand -a transcribe -d 'Transcribe speec
 complete -c llamactl -n __fish_use_subcommand -a tts -d 'Speak text: write it as audio to a file or stdout, or play it'
 complete -c llamactl -n __fish_use_subcommand -a tui -d 'Talk with a model: speak or type, read and hear the answer, skip its reasoning'
 complete -c llamactl -n '__fish_use_subcommand' -s V -l version -d 'Show the version and exit'
-complete -c llamactl -n '__fish_use_subcommand' -s h -l help -d 'Show this message and exit'
+complete -c llamactl -n '__fish_use_subcommand' -s h -l help -l usage -d 'Show this message and exit'
 
 # llamactl chat
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -s m -l model -r -F -a '(__llamactl_models)' -d 'GGUF path, alias or name in the models dir [embedded SmolLM2]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l hf-repo -x -d 'Hugging Face model OWNER/REPO[:QUANT|:FILE], fetched into the models dir unless it is there (see `llamactl pull`) [none]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -s c -l ctx-size -x -d 'Total context over all slots; 0: the training context per slot (at least 4096, less if memory is short) [0]'
-complete -c llamactl -n '__fish_seen_subcommand_from chat' -l threads -x -d 'Compute threads for generation [physical cores]'
+complete -c llamactl -n '__fish_seen_subcommand_from chat' -s t -l threads -x -d 'Compute threads for generation [physical cores]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l threads-batch -x -d 'Compute threads for prompts and batches; 0: as --threads [0]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -s b -l batch-size -x -d 'Logical batch: tokens per decode step [512]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l ubatch-size -x -d 'Physical batch: tokens per compute pass (at most --batch-size) [512]'
-complete -c llamactl -n '__fish_seen_subcommand_from chat' -s t -l temp -l temperature -x -d 'Sampling temperature; 0 is greedy [0.8]'
+complete -c llamactl -n '__fish_seen_subcommand_from chat' -l temp -l temperature -x -d 'Sampling temperature; 0 is greedy [0.8]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l top-p -x -d 'Nucleus sampling threshold [0.95]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l top-k -x -d 'Sample among the K likeliest tokens; 0: all [40]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l min-p -x -d 'Drop tokens below this share of the top one [0.05]'
@@ -47,6 +47,12 @@ complete -c llamactl -n '__fish_seen_subcommand_from chat' -l dry-multiplier -x 
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l dry-base -x -d 'DRY: the penalty grows as base^(length - allowed length) [1.75]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l dry-allowed-length -x -d 'DRY: repeated sequences up to this many tokens go unpenalised [2]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l dry-penalty-last-n -x -d 'DRY: tokens scanned for repetitions; 0: off [64]'
+complete -c llamactl -n '__fish_seen_subcommand_from chat' -l presence-penalty -x -d 'Penalise every token already seen once; 0: off [0]'
+complete -c llamactl -n '__fish_seen_subcommand_from chat' -l frequency-penalty -x -d 'Penalise tokens by how often they were seen; 0: off [0]'
+complete -c llamactl -n '__fish_seen_subcommand_from chat' -l grammar -x -d 'GBNF grammar every answer follows unless a request asks for another [none]'
+complete -c llamactl -n '__fish_seen_subcommand_from chat' -l grammar-file -r -F -d 'A file holding that grammar [none]'
+complete -c llamactl -n '__fish_seen_subcommand_from chat' -s j -l json-schema -x -d 'JSON schema every answer follows unless a request asks otherwise [none]'
+complete -c llamactl -n '__fish_seen_subcommand_from chat' -l json-schema-file -r -F -d 'A file holding that JSON schema [none]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -s s -l system -x -d 'System prompt'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l gpu-layers -l n-gpu-layers -x -d 'Layers to offload to the GPU; -1: all (a CPU-only build keeps them on the CPU, with a note) [-1 (all)]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l split-mode -x -a 'none layer row' -d 'How to split the model over several GPUs: none, layer or row [layer]'
@@ -67,7 +73,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from chat' -l ctx-checkpoints -x
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l checkpoint-min-step -x -d 'Tokens between checkpoints, the last user message aside [8192]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l spec-type -x -a 'ngram-simple ngram-mod ngram-cache draft-simple' -d 'Speculators, comma-separated: ngram-simple, ngram-mod, ngram-cache, draft-simple [none]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l model-draft -x -d 'Draft model for draft-simple (same vocabulary as --model)'
-complete -c llamactl -n '__fish_seen_subcommand_from chat' -l spec-draft-n-max -x -d 'Most tokens per draft [3]'
+complete -c llamactl -n '__fish_seen_subcommand_from chat' -l spec-draft-n-max -x -d 'Most tokens per draft (capped at 48: a draft and its row stay in one flash-attention kernel) [3]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l spec-draft-n-min -x -d 'Shorter drafts are dropped [0]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l spec-draft-p-min -x -d 'Draft model: stop drafting below this probability [0]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l spec-ngram-mod-n-match -x -d 'ngram-mod: tokens of the n-gram looked up [24]'
@@ -81,7 +87,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from chat' -l chat-template -x -
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l show-timings -d 'Print prompt and generation speed after answers'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l hide-reasoning -d 'Do not show the model\'s thinking'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l json -d 'Print one JSON object with the answer, usage and timings'
-complete -c llamactl -n '__fish_seen_subcommand_from chat' -s h -l help -d 'Show this message and exit'
+complete -c llamactl -n '__fish_seen_subcommand_from chat' -s h -l help -l usage -d 'Show this message and exit'
 
 # llamactl convert
 complete -c llamactl -n '__fish_seen_subcommand_from convert' -s o -l outfile -r -F -d 'The GGUF file to write (with --mmproj: mmproj-OUT.gguf beside it)'
@@ -92,30 +98,30 @@ complete -c llamactl -n '__fish_seen_subcommand_from convert' -l example -x -a '
 complete -c llamactl -n '__fish_seen_subcommand_from convert' -l dry-run -d 'List the tensor map; write nothing'
 complete -c llamactl -n '__fish_seen_subcommand_from convert' -s q -l quiet -d 'No progress bar and no summary'
 complete -c llamactl -n '__fish_seen_subcommand_from convert' -l json -d 'Print the result (or tensor map) as JSON'
-complete -c llamactl -n '__fish_seen_subcommand_from convert' -s h -l help -d 'Show this message and exit'
+complete -c llamactl -n '__fish_seen_subcommand_from convert' -s h -l help -l usage -d 'Show this message and exit'
 complete -c llamactl -n '__fish_seen_subcommand_from convert' -F
 
 # llamactl models
 complete -c llamactl -n '__fish_seen_subcommand_from models' -l models-dir -x -a '(__fish_complete_directories)' -d 'Directory to scan for GGUF files (default: from the config)'
 complete -c llamactl -n '__fish_seen_subcommand_from models' -l json -d 'Print a JSON array instead of a table'
-complete -c llamactl -n '__fish_seen_subcommand_from models' -s h -l help -d 'Show this message and exit'
+complete -c llamactl -n '__fish_seen_subcommand_from models' -s h -l help -l usage -d 'Show this message and exit'
 
 # llamactl ps
 complete -c llamactl -n '__fish_seen_subcommand_from ps' -l url -x -d 'Server address [http://HOST:PORT of your settings]'
 complete -c llamactl -n '__fish_seen_subcommand_from ps' -l api-key -x -d 'Key for a server that requires one [your settings\' first]'
 complete -c llamactl -n '__fish_seen_subcommand_from ps' -s a -l all -d 'Also list models that are not loaded'
 complete -c llamactl -n '__fish_seen_subcommand_from ps' -l json -d 'Print JSON instead of a table'
-complete -c llamactl -n '__fish_seen_subcommand_from ps' -s h -l help -d 'Show this message and exit'
+complete -c llamactl -n '__fish_seen_subcommand_from ps' -s h -l help -l usage -d 'Show this message and exit'
 
 # llamactl pull
 complete -c llamactl -n '__fish_seen_subcommand_from pull' -l models-dir -x -a '(__fish_complete_directories)' -d 'Where to save it (default: the config\'s models directory)'
 complete -c llamactl -n '__fish_seen_subcommand_from pull' -l revision -x -d 'Branch, tag or commit of the repo'
 complete -c llamactl -n '__fish_seen_subcommand_from pull' -l json -d 'Print what was saved as JSON (no progress bar)'
-complete -c llamactl -n '__fish_seen_subcommand_from pull' -s h -l help -d 'Show this message and exit'
+complete -c llamactl -n '__fish_seen_subcommand_from pull' -s h -l help -l usage -d 'Show this message and exit'
 
 # llamactl quantize
 complete -c llamactl -n '__fish_seen_subcommand_from quantize' -s q -l quiet -d 'No progress bar and no summary'
-complete -c llamactl -n '__fish_seen_subcommand_from quantize' -s h -l help -d 'Show this message and exit'
+complete -c llamactl -n '__fish_seen_subcommand_from quantize' -s h -l help -l usage -d 'Show this message and exit'
 complete -c llamactl -n '__fish_seen_subcommand_from quantize' -F
 
 # llamactl score
@@ -129,7 +135,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from score' -l threads -x -d 'CP
 complete -c llamactl -n '__fish_seen_subcommand_from score' -l parallel -x -d 'Slots: questions scored side by side, sharing their prompt prefix [4]'
 complete -c llamactl -n '__fish_seen_subcommand_from score' -l url -x -d 'Send the request to a running `llamactl serve` instead'
 complete -c llamactl -n '__fish_seen_subcommand_from score' -l json -d 'Print the /v1/systemone response as JSON'
-complete -c llamactl -n '__fish_seen_subcommand_from score' -s h -l help -d 'Show this message and exit'
+complete -c llamactl -n '__fish_seen_subcommand_from score' -s h -l help -l usage -d 'Show this message and exit'
 
 # llamactl serve
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s m -l model -r -F -a '(__llamactl_models)' -d 'GGUF path, alias or name in the models dir [embedded SmolLM2]'
@@ -152,6 +158,12 @@ complete -c llamactl -n '__fish_seen_subcommand_from serve' -l dry-multiplier -x
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l dry-base -x -d 'DRY: the penalty grows as base^(length - allowed length) [1.75]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l dry-allowed-length -x -d 'DRY: repeated sequences up to this many tokens go unpenalised [2]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l dry-penalty-last-n -x -d 'DRY: tokens scanned for repetitions; 0: off [64]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l presence-penalty -x -d 'Penalise every token already seen once; 0: off [0]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l frequency-penalty -x -d 'Penalise tokens by how often they were seen; 0: off [0]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l grammar -x -d 'GBNF grammar every answer follows unless a request asks for another [none]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l grammar-file -r -F -d 'A file holding that grammar [none]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -s j -l json-schema -x -d 'JSON schema every answer follows unless a request asks otherwise [none]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l json-schema-file -r -F -d 'A file holding that JSON schema [none]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l host -x -d 'Addresses to listen on, comma-separated; a path ending in .sock is a UNIX socket [127.0.0.1]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l api-prefix -r -F -d 'Serve the whole API under this path, e.g'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l timeout -x -d 'Seconds a client may leave a response unread before its connection is dropped (llama-server\'s read/write timeout) [3600]'
@@ -189,6 +201,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from serve' -l kv-unified -l no-
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l flash-attn -x -a 'auto on off' -d 'Flash attention: auto, on or off [on]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l cache-type -x -a 'auto bf16 f16 q8_0' -d 'KV cache type: auto (f16, outputs independent of batching; bf16 for recurrent and hybrid models), bf16, f16 or q8_0 [auto]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l cache-ram -x -d 'RAM prompt cache in MiB; -1: no limit; 0: off [8192; decision models: off]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l cache-prompt -l no-cache-prompt -d 'Reuse a slot\'s or the RAM cache\'s prompt prefix (off: decode all) [on]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l cache-idle-slots -l no-cache-idle-slots -d 'Save an idle slot\'s prompt to the cache before a new request takes it [on]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l cache-persist -r -F -d 'Keep the prompt cache in DIR across restarts: written on shutdown and every 60 s, read at start (beyond llama-server)'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l slot-save-path -r -F -d 'Directory of POST /slots/{id}?action=save|restore files'
@@ -200,7 +213,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from serve' -l ctx-checkpoints -
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l checkpoint-min-step -x -d 'Tokens between checkpoints, the last user message aside [8192]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l spec-type -x -a 'ngram-simple ngram-mod ngram-cache draft-simple' -d 'Speculators, comma-separated: ngram-simple, ngram-mod, ngram-cache, draft-simple [none]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l model-draft -x -d 'Draft model for draft-simple (same vocabulary as --model)'
-complete -c llamactl -n '__fish_seen_subcommand_from serve' -l spec-draft-n-max -x -d 'Most tokens per draft [3]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l spec-draft-n-max -x -d 'Most tokens per draft (capped at 48: a draft and its row stay in one flash-attention kernel) [3]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l spec-draft-n-min -x -d 'Shorter drafts are dropped [0]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l spec-draft-p-min -x -d 'Draft model: stop drafting below this probability [0]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l spec-ngram-mod-n-match -x -d 'ngram-mod: tokens of the n-gram looked up [24]'
@@ -248,13 +261,13 @@ complete -c llamactl -n '__fish_seen_subcommand_from serve' -l log-format -x -d 
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l mmproj -r -F -d 'The model\'s multimodal projector: images (and audio) in chat, or a decision model\'s (default for those: mmproj-MODEL-FILE beside it)'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l no-mmproj -d 'Serve without a projector, even one given or found beside the model'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l mmproj-offload -l no-mmproj-offload -d 'Accepted for llama-server command lines: the projector runs on the CPU, as the model does'
-complete -c llamactl -n '__fish_seen_subcommand_from serve' -s h -l help -d 'Show this message and exit'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -s h -l help -l usage -d 'Show this message and exit'
 
 # llamactl stop
 complete -c llamactl -n '__fish_seen_subcommand_from stop' -l url -x -d 'Server address [http://HOST:PORT of your settings]'
 complete -c llamactl -n '__fish_seen_subcommand_from stop' -l api-key -x -d 'Key for a server that requires one [your settings\' first]'
 complete -c llamactl -n '__fish_seen_subcommand_from stop' -l json -d 'Print JSON instead of a table'
-complete -c llamactl -n '__fish_seen_subcommand_from stop' -s h -l help -d 'Show this message and exit'
+complete -c llamactl -n '__fish_seen_subcommand_from stop' -s h -l help -l usage -d 'Show this message and exit'
 
 # llamactl transcribe
 complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l mic -d 'Record from the microphone'
@@ -269,7 +282,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l api-key -x -
 complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l turn -x -a 'server semantic manual' -d 'How a turn ends: server (voice activity: 500 ms of silence), semantic (Smart Turn judges the speaker finished: ~200 ms after a finished sentence, longer after an unfinished one), manual (one transcript when the input ends)'
 complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l eagerness -x -a 'low medium high auto' -d 'For --turn semantic: how soon a turn ends; low waits up to 8 s for an unfinished sentence, medium (= auto) 4 s, high 2 s'
 complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -l json -d 'One JSON object per utterance: {"start", "end", "text"}'
-complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -s h -l help -d 'Show this message and exit'
+complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -s h -l help -l usage -d 'Show this message and exit'
 complete -c llamactl -n '__fish_seen_subcommand_from transcribe' -F
 
 # llamactl tts
@@ -283,7 +296,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from tts' -l speaker-ref -r -F -
 complete -c llamactl -n '__fish_seen_subcommand_from tts' -l seed -x -d 'Sampling seed of a TTS model (eSpeak NG is deterministic and ignores it)'
 complete -c llamactl -n '__fish_seen_subcommand_from tts' -l model -r -F -d 'A llama.cpp TTS model .gguf (with --mmproj) instead of eSpeak NG'
 complete -c llamactl -n '__fish_seen_subcommand_from tts' -l mmproj -r -F -d 'The TTS model\'s mmproj (its audio generator)'
-complete -c llamactl -n '__fish_seen_subcommand_from tts' -s h -l help -d 'Show this message and exit'
+complete -c llamactl -n '__fish_seen_subcommand_from tts' -s h -l help -l usage -d 'Show this message and exit'
 
 # llamactl tui
 complete -c llamactl -n '__fish_seen_subcommand_from tui' -l url -x -d 'A running llamactl server; none: start one in-process'
@@ -297,4 +310,4 @@ complete -c llamactl -n '__fish_seen_subcommand_from tui' -l audio-file -r -F -d
 complete -c llamactl -n '__fish_seen_subcommand_from tui' -l reasoning-budget -x -d 'Thinking tokens per answer before the model is made to answer (-1: no bound; default: the server\'s)'
 complete -c llamactl -n '__fish_seen_subcommand_from tui' -l echo-cancel -l no-echo-cancel -d 'Take the spoken answers out of what the microphone hears, so you can talk over them on loudspeakers (the mic bar shows AEC)'
 complete -c llamactl -n '__fish_seen_subcommand_from tui' -l list-devices -d 'List input devices and exit'
-complete -c llamactl -n '__fish_seen_subcommand_from tui' -s h -l help -d 'Show this message and exit'
+complete -c llamactl -n '__fish_seen_subcommand_from tui' -s h -l help -l usage -d 'Show this message and exit'

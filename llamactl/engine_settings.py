@@ -10,6 +10,7 @@ cannot size or configure an engine differently.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ __all__ = [
     "chat_template",
     "chat_template_kwargs",
     "decision_config",
+    "default_grammar",
     "engine_config",
     "engine_values",
     "gpu_note",
@@ -125,6 +127,9 @@ def decision_config(settings: Settings) -> DecisionConfig:
 def sampling_defaults(settings: Settings) -> SamplingParams:
     """Sampling for a request that sets nothing itself."""
     return SamplingParams(
+        presence_penalty=settings.presence_penalty,
+        frequency_penalty=settings.frequency_penalty,
+        grammar=default_grammar(settings),
         temperature=settings.temperature,
         top_p=settings.top_p,
         top_k=settings.top_k,
@@ -137,6 +142,108 @@ def sampling_defaults(settings: Settings) -> SamplingParams:
         dry_penalty_last_n=settings.dry_penalty_last_n,
         seed=settings.seed,
     )
+
+
+def default_grammar(settings: Settings) -> str | None:
+    """The grammar every answer follows unless its request asks for another (llama-server's
+    --grammar, --grammar-file, -j, -jf: one of them); read once, ConfigError when unusable."""
+    return _default_grammar(
+        settings.grammar,
+        settings.grammar_file,
+        settings.json_schema,
+        settings.json_schema_file,
+        settings.max_schema_bytes,
+        settings.max_schema_depth,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _default_grammar(
+    grammar: str | None,
+    grammar_file: Path | None,
+    schema: str | None,
+    schema_file: Path | None,
+    max_bytes: int,
+    max_depth: int,
+) -> str | None:
+    from llamactl.core.errors import InvalidRequestError
+    from llamactl.engine.grammar import check_nesting, json_schema_grammar
+
+    given = [
+        flag
+        for flag, value in (
+            ("--grammar", grammar),
+            ("--grammar-file", grammar_file),
+            ("--json-schema", schema),
+            ("--json-schema-file", schema_file),
+        )
+        if value is not None
+    ]
+    if len(given) > 1:
+        raise ConfigError(f"{' and '.join(given)}: give one default grammar or schema, not both")
+    if grammar_file is not None:
+        grammar = _read_setting_file("grammar_file", grammar_file, max_bytes)
+    if schema_file is not None:
+        schema = _read_setting_file("json_schema_file", schema_file, max_bytes)
+    try:
+        if schema is not None:
+            if len(schema.encode()) > max_bytes:
+                raise InvalidRequestError(f"over max_schema_bytes ({max_bytes} bytes)")
+            if _json_depth(schema) > max_depth:  # json.loads would recurse past the stack
+                raise InvalidRequestError(f"nested deeper than max_schema_depth ({max_depth})")
+            try:
+                value = json.loads(schema)
+            except ValueError as exc:
+                raise InvalidRequestError(f"not valid JSON: {exc}") from None
+            grammar = json_schema_grammar(value)
+        if grammar is not None:
+            if len(grammar.encode()) > max_bytes:
+                raise InvalidRequestError(f"over max_schema_bytes ({max_bytes} bytes)")
+            check_nesting(grammar)
+    except InvalidRequestError as exc:
+        raise ConfigError(f"{given[0]}: {exc}") from None
+    return grammar
+
+
+def _json_depth(text: str) -> int:
+    """How deep `text`'s objects and arrays nest, read without parsing (strings skipped)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _read_setting_file(name: str, path: Path, max_bytes: int) -> str:
+    """A setting's file as text: a regular UTF-8 file of at most `max_bytes` (never a FIFO,
+    a device or a directory), else ConfigError naming the setting."""
+    from llamactl.core.errors import FileRefusedError, FileTooLargeError
+    from llamactl.core.files import open_regular
+
+    try:
+        with open_regular(path, max_bytes=max_bytes) as f:
+            return f.read().decode("utf-8")
+    except FileTooLargeError:
+        raise ConfigError(f"{name} {path}: over max_schema_bytes ({max_bytes} bytes)") from None
+    except FileRefusedError as exc:
+        raise ConfigError(f"{name} {path}: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{name} {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{name} {path}: not UTF-8 text") from None
 
 
 def chat_template(settings: Settings) -> str | None:
@@ -173,11 +280,19 @@ def chat_template_kwargs(settings: Settings) -> dict[str, Any]:
 
 def open_engine(settings: Settings, model_path: Path) -> ChatEngine:
     """Load the model at `model_path` and start its chat engine; the model is freed on failure."""
+    from llamactl.core.errors import InvalidRequestError
     from llamactl.engine.engine import Engine as ChatEngine
     from llamactl.engine.model import Model
+    from llamactl.engine.sampling import check_grammar
 
+    grammar = default_grammar(settings)  # refused before the model loads
     model = Model(model_path, load=model_load(settings))
     try:
+        if grammar is not None:
+            try:
+                check_grammar(model.vocab, grammar)
+            except InvalidRequestError as exc:
+                raise ConfigError(f"the default grammar: {exc}") from None
         return ChatEngine(model, engine_config(settings))
     except BaseException:
         model.close()

@@ -130,11 +130,15 @@ def sampling_params(
         top_k=defaults.top_k if top_k is None else top_k,
         min_p=defaults.min_p if min_p is None else min_p,
         seed=defaults.seed if seed is None else seed % SEED_SPACE,
-        presence_penalty=presence_penalty or 0.0,
-        frequency_penalty=frequency_penalty or 0.0,
+        presence_penalty=defaults.presence_penalty
+        if presence_penalty is None
+        else presence_penalty,
+        frequency_penalty=(
+            defaults.frequency_penalty if frequency_penalty is None else frequency_penalty
+        ),
         repeat_penalty=defaults.repeat_penalty if repeat_penalty is None else repeat_penalty,
         logit_bias=bias,
-        grammar=grammar,
+        grammar=defaults.grammar if grammar is None else grammar,
     )
 
 

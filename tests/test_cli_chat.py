@@ -189,7 +189,7 @@ def test_model_given_as_a_path(tmp_path: Any) -> None:
 @pytest.mark.slow
 def test_python_dash_m_runs_the_cli() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "llamactl", "chat", "Hi", "-t", "0", "-n", "2", "--json"],
+        [sys.executable, "-m", "llamactl", "chat", "Hi", "--temp", "0", "-n", "2", "--json"],
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
@@ -282,7 +282,7 @@ def test_engine_errors_are_clean(fake: FakeLoaded, monkeypatch: pytest.MonkeyPat
 
 # ------------------------------------------------------- reasoning and views
 def test_flags_become_the_request(fake: FakeLoaded) -> None:
-    args = ["-t", "0.5", "--top-p", "0.9", "--top-k", "7", "--seed", "11", "-n", "99"]
+    args = ["--temp", "0.5", "--top-p", "0.9", "--top-k", "7", "--seed", "11", "-n", "99"]
     result = invoke("chat", "Hi", "-s", "Be brief.", *args)
     assert result.exit_code == 0, result.output
     request = fake.chat.requests[0]

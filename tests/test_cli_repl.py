@@ -203,7 +203,9 @@ def terminal_env(isolated_dirs: object) -> dict[str, str]:
 
 
 def test_one_shot_at_a_terminal_renders_and_exits(terminal_env: dict[str, str]) -> None:
-    term = Terminal(["chat", "Say hello.", "-t", "0", "-n", "8", "--show-timings"], terminal_env)
+    term = Terminal(
+        ["chat", "Say hello.", "--temp", "0", "-n", "8", "--show-timings"], terminal_env
+    )
     try:
         assert term.wait() == 0
         term.expect("Loading model SmolLM2-135M-Instruct.Q4_1 (93.8 MiB)")
@@ -216,7 +218,7 @@ def test_one_shot_at_a_terminal_renders_and_exits(terminal_env: dict[str, str]) 
 
 def test_ctrl_c_stops_a_one_shot_answer(terminal_env: dict[str, str]) -> None:
     question = "Count from 1 to 500, one number per line."
-    term = Terminal(["chat", question, "-t", "0", "-n", "400"], terminal_env)
+    term = Terminal(["chat", question, "--temp", "0", "-n", "400"], terminal_env)
     try:
         term.expect_answer_text()
         term.send("\x03")
@@ -228,7 +230,9 @@ def test_ctrl_c_stops_a_one_shot_answer(terminal_env: dict[str, str]) -> None:
 
 
 def test_no_color_is_honoured(terminal_env: dict[str, str]) -> None:
-    term = Terminal(["chat", "Say hello.", "-t", "0", "-n", "8"], {**terminal_env, "NO_COLOR": "1"})
+    term = Terminal(
+        ["chat", "Say hello.", "--temp", "0", "-n", "8"], {**terminal_env, "NO_COLOR": "1"}
+    )
     try:
         assert term.wait() == 0
         assert not re.search(r"\x1b\[[0-9;]*m", term.raw.decode("utf-8", "replace"))
@@ -273,7 +277,7 @@ STALE_SIZE = {"LINES": "40", "COLUMNS": "120"}
 
 @pytest.mark.parametrize("env", [{}, STALE_SIZE], ids=["size", "stale-LINES-COLUMNS"])
 def test_a_tall_one_shot_answer_is_printed_once(terminal_env: dict[str, str], env) -> None:
-    args = ["chat", STORY, "-t", "0", "-n", "300"]
+    args = ["chat", STORY, "--temp", "0", "-n", "300"]
     term = Terminal(args, {**terminal_env, **env}, **SMALL)
     try:
         assert term.wait() == 0
@@ -285,7 +289,9 @@ def test_a_tall_one_shot_answer_is_printed_once(terminal_env: dict[str, str], en
 def test_a_tall_repl_answer_is_printed_once(isolated_dirs: object) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "LINES")}
     term = Terminal(
-        ["chat", "-t", "0", "-n", "300"], {**env, "TERM": "xterm-256color", **STALE_SIZE}, **SMALL
+        ["chat", "--temp", "0", "-n", "300"],
+        {**env, "TERM": "xterm-256color", **STALE_SIZE},
+        **SMALL,
     )
     try:
         term.expect("Chatting with SmolLM2")

@@ -116,7 +116,7 @@ def test_bash_completes_commands_and_options() -> None:
     assert bash_complete("mo") == ["models"]
     assert bash_complete("--v") == ["--version"]
     assert bash_complete("chat", "--max") == ["--max-tokens"]
-    assert bash_complete("chat", "-t", "0", "--hide") == ["--hide-reasoning"]
+    assert bash_complete("chat", "--temp", "0", "--hide") == ["--hide-reasoning"]
     assert bash_complete("models", "--j") == ["--json"]
 
 
@@ -126,7 +126,8 @@ def test_bash_completes_values() -> None:
     assert "tests" in bash_complete("models", "--models-dir", "te")
     assert "pyproject.toml" not in bash_complete("models", "--models-dir", "py")
     # an option's value that looks like a command does not switch commands
-    assert bash_complete("chat", "--system", "models", "--j") == ["--json"]
+    words = bash_complete("chat", "--system", "models", "--jso")
+    assert sorted(words) == ["--json", "--json-schema", "--json-schema-file"]
 
 
 def test_bash_completes_the_values_a_setting_takes() -> None:

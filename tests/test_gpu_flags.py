@@ -76,7 +76,7 @@ def test_a_cpu_only_build_accepts_gpu_flags_with_a_note() -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(gpu_offload_supported(), reason="a GPU build offloads instead")
 def test_chat_with_gpu_flags_on_a_cpu_build_answers_and_notes() -> None:
-    args = ["chat", "-t", "0", "-n", "4", "-ngl", "99", "-sm", "none", "-mg", "0", "Hi"]
+    args = ["chat", "--temp", "0", "-n", "4", "-ngl", "99", "-sm", "none", "-mg", "0", "Hi"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert result.stdout.strip()
@@ -103,7 +103,7 @@ def test_the_real_model_loads_without_mmap_and_locked(load: ModelLoad) -> None:
 
 @pytest.mark.slow
 def test_chat_answers_the_same_with_no_mmap_and_mlock() -> None:
-    base = ["chat", "-t", "0", "-n", "12", "--json", "Name a colour."]
+    base = ["chat", "--temp", "0", "-n", "12", "--json", "Name a colour."]
     plain = CliRunner().invoke(app, base)
     loaded = CliRunner().invoke(app, [*base, "--no-mmap", "--mlock"])
     assert plain.exit_code == 0 and loaded.exit_code == 0, loaded.output

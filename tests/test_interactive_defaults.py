@@ -21,14 +21,14 @@ from llamactl.config import load_settings
 from llamactl.config.interactive import INTERACTIVE, interactive_settings
 from llamactl.engine_settings import sampling_defaults
 
-# SmolLM2-135M at -t 0 with no penalties answers this with "Les régions de la France, les
+# SmolLM2-135M at --temp 0 with no penalties answers this with "Les régions de la France, les
 # régions de la France, ..." until the token limit
 RUNAWAY = "Quelles sont les régions de la France ?"
 OLD_DEFAULTS = ["--repeat-penalty", "1", "--dry-multiplier", "0"]
 
 
 def chat_json(*args: str) -> dict:
-    result = CliRunner().invoke(app, ["chat", "-t", "0", "--json", *args])
+    result = CliRunner().invoke(app, ["chat", "--temp", "0", "--json", *args])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
@@ -126,7 +126,7 @@ def test_the_loop_guard_stops_the_runaway_and_says_so() -> None:
     assert got["finish_reason"] == "repeating"
     assert 0 < got["usage"]["completion_tokens"] < 120
     assert "les régions de la France, les régions de la France" in got["text"]
-    plain = CliRunner().invoke(app, ["chat", "-t", "0", RUNAWAY, *OLD_DEFAULTS])
+    plain = CliRunner().invoke(app, ["chat", "--temp", "0", RUNAWAY, *OLD_DEFAULTS])
     assert plain.exit_code == 0, plain.output
     assert REPEATING_NOTE in plain.stderr and REPEATING_NOTE not in plain.stdout
 

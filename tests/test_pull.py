@@ -118,7 +118,7 @@ def test_a_pulled_gguf_is_listed_and_answers(hub, tmp_path, monkeypatch):
     listed = runner.invoke(app, ["models", "--models-dir", str(tmp_path), "--json"])
     assert out["model"] in [m["name"] for m in json.loads(listed.output)]
     monkeypatch.setenv("LLAMACTL_MODELS_DIR", str(tmp_path))
-    answer = runner.invoke(app, ["chat", "-m", out["model"], "-t", "0", "-n", "4", "Say hi."])
+    answer = runner.invoke(app, ["chat", "-m", out["model"], "--temp", "0", "-n", "4", "Say hi."])
     assert answer.exit_code == 0 and answer.output.strip(), answer.output
 
 

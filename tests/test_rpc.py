@@ -108,7 +108,7 @@ def test_a_chat_through_an_rpc_server_answers_as_the_cpu_does(
     rpc_build: RpcBuild, rpc_server: RpcServer
 ) -> None:
     """The layers and the KV cache live on the other host's device; greedy text is the CPU's."""
-    ask = ("chat", "-t", "0", "--max-tokens", "24", PROMPTS[0])
+    ask = ("chat", "--temp", "0", "--max-tokens", "24", PROMPTS[0])
     local = run_cli(*ask, env=rpc_build.env, timeout=120)
     remote = run_cli(
         *ask,

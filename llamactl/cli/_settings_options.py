@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
+from typer.core import TyperCommand
 
 from llamactl.config import Flag, setting_fields
+from llamactl.config.fields import SERVE
 
-__all__ = ["default_text", "settings_options", "setting_help"]
+__all__ = ["SettingsCommand", "default_text", "settings_options", "setting_help"]
 
 OVERRIDES = "overrides"
 
@@ -97,6 +99,99 @@ def _parameters(command: str) -> list[inspect.Parameter]:
     ]
 
 
+def _compat_parameters() -> list[inspect.Parameter]:
+    """llama-server's flags serve has no option of its own for (llama_server_flags.py),
+    hidden from --help."""
+    from .llama_server_flags import LLAMA_SERVER_FLAGS
+
+    out = []
+    for i, entry in enumerate(LLAMA_SERVER_FLAGS):
+        kind: Any = str if entry.takes_value else bool
+        option = typer.Option(*entry.spellings, hidden=True, show_default=False)
+        out.append(
+            inspect.Parameter(
+                f"{_COMPAT}{i}",
+                inspect.Parameter.KEYWORD_ONLY,
+                default=None,
+                annotation=Annotated[kind | None, option],
+            )
+        )
+    return out
+
+
+def _apply_compat(kwargs: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """Take the llama-server flags out of `kwargs`: their values into `overrides` (or serve's
+    own parameters), a note on stderr for the ones accepted without effect, a usage error
+    (exit 2) for the ones refused."""
+    from llamactl.cli._output import print_note
+
+    from .llama_server_flags import GIVEN, LLAMA_SERVER_FLAGS
+
+    for i, entry in enumerate(LLAMA_SERVER_FLAGS):
+        given = kwargs.pop(f"{_COMPAT}{i}")
+        if given is None or given is False:
+            continue
+        if entry.action == "refuse":
+            raise typer.BadParameter(
+                f"llama-server's flag is not supported by llamactl: {entry.text}.",
+                param_hint=f"'{entry.name}'",
+            )
+        if entry.action == "note":
+            print_note(f"{entry.name}: {entry.text}.")
+            continue
+        value = given if entry.value is GIVEN else entry.value
+        if entry.join:  # a part of another flag's value (-hff FILE: -hf REPO:FILE)
+            if overrides.get(entry.target) is None:
+                raise typer.BadParameter(
+                    f"needs the flag it completes ({entry.target})", param_hint=f"'{entry.name}'"
+                )
+            overrides[entry.target] = f"{overrides[entry.target]}{entry.join}{value}"
+        elif entry.target not in overrides:  # one of the command's own parameters
+            kwargs[entry.target] = value
+        elif overrides[entry.target] not in (None, value):  # its own flag was given too
+            print_note(f"{entry.name}: ignored, {entry.target} is {overrides[entry.target]}.")
+            continue
+        else:
+            overrides[entry.target] = value
+        if entry.text:
+            print_note(f"{entry.name}: {entry.text}.")
+
+
+_COMPAT = "llama_server_flag_"
+
+
+def _bare_values(command: str) -> dict[str, str]:
+    """Option strings of `command` that may stand alone, and the value they then stand for."""
+    out: dict[str, str] = {}
+    for name in setting_fields():
+        flag = _flag(name)
+        if flag is None or flag.bare_value is None or command not in flag.commands:
+            continue
+        names = [flag.long or "--" + name.replace("_", "-"), *flag.aliases]
+        if flag.short and command not in flag.no_short:
+            names.append(flag.short)
+        out.update(dict.fromkeys(names, flag.bare_value))
+    return out
+
+
+class SettingsCommand(TyperCommand):
+    """A command whose options may be given without their value where llama.cpp allows it
+    (`-fa` alone is `-fa on`): the value is put in before click parses the line."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        bare = _bare_values(self.name or "")
+        out: list[str] = []
+        for i, arg in enumerate(args):
+            out.append(arg)
+            if arg == "--":
+                out.extend(args[i + 1 :])
+                break
+            following = args[i + 1] if i + 1 < len(args) else None
+            if arg in bare and (following is None or following.startswith("-")):
+                out.append(bare[arg])
+        return super().parse_args(ctx, out)
+
+
 def _joined(value: Any) -> Any:
     """A repeatable flag's values as one comma-separated text (None when not given)."""
     if isinstance(value, (list, tuple)):
@@ -112,13 +207,16 @@ def settings_options(command: str) -> Callable[[Callable[..., Any]], Callable[..
         names = {p.name for p in generated}
         own = [p for p in inspect.signature(func, eval_str=True).parameters.values()]
         kept = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.name != OVERRIDES]
+        compat = _compat_parameters() if command == SERVE else []
 
         @functools.wraps(func)
         def command_with_settings(**kwargs: Any) -> Any:
             overrides = {name: _joined(kwargs.pop(name)) for name in names}
+            if compat:
+                _apply_compat(kwargs, overrides)
             return func(**kwargs, overrides=overrides)
 
-        params = [*generated, *kept]  # the settings' panels first
+        params = [*generated, *kept, *compat]  # the settings' panels first
         # inspect reads __signature__ first; typeshed does not declare it on functions
         command_with_settings.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         command_with_settings.__annotations__ = {p.name: p.annotation for p in params}

@@ -42,7 +42,7 @@ from llamactl.cli._output import (
     stdout_console,
     usage_error,
 )
-from llamactl.cli._settings_options import settings_options
+from llamactl.cli._settings_options import SettingsCommand, settings_options
 from llamactl.config import Settings, load_settings
 from llamactl.config.fields import CHAT
 from llamactl.config.interactive import INTERACTIVE, interactive_settings
@@ -70,7 +70,7 @@ EPILOG = """**Examples**
 
 ```
 llamactl chat                                   # interactive, default model
-llamactl chat "Name three primes" -t 0 -n 64    # one reproducible answer
+llamactl chat "Name three primes" --temp 0 -n 64  # one reproducible answer
 cat notes.md | llamactl chat "Summarise this"   # piped text, then the prompt
 llamactl chat "Hi" --json | jq .text            # for scripts
 ```
@@ -83,7 +83,7 @@ _OUTPUT = "Output"
 
 
 def register(app: typer.Typer) -> None:
-    app.command("chat", help=HELP, epilog=EPILOG)(chat_command)
+    app.command("chat", help=HELP, epilog=EPILOG, cls=SettingsCommand)(chat_command)
 
 
 @settings_options(CHAT)

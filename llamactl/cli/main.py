@@ -87,7 +87,7 @@ app = typer.Typer(
     add_completion=False,  # static scripts live in completions/ (see docs/cli.md)
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings={"help_option_names": ["-h", "--help", "--usage"]},
 )
 
 

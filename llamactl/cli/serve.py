@@ -13,13 +13,14 @@ import typer
 
 from llamactl import ConfigError, ModelLoadError
 from llamactl.cli._output import print_note, stderr_console
-from llamactl.cli._settings_options import settings_options
+from llamactl.cli._settings_options import SettingsCommand, settings_options
 from llamactl.config import load_settings
 from llamactl.config.fields import ROUTER_PANEL, SERVE, SERVER_PANEL
 from llamactl.engine_settings import (
     chat_template,
     chat_template_kwargs,
     check_rpc,
+    default_grammar,
     gpu_note,
 )
 
@@ -38,7 +39,7 @@ Every flag but --log-level is also an `LLAMACTL_*` environment variable and a co
 
 
 def register(app: typer.Typer) -> None:
-    app.command("serve", epilog=EPILOG)(serve_command)
+    app.command("serve", epilog=EPILOG, cls=SettingsCommand)(serve_command)
 
 
 @settings_options(SERVE)
@@ -165,6 +166,7 @@ def serve_command(
     child_of_router = _child_socket(listen_fd, keys)
     chat_template(settings)  # so is a missing template file (llama-server exits on both)
     chat_template_kwargs(settings)  # and kwargs that are not a JSON object
+    default_grammar(settings)  # and a default grammar that cannot be read or used
     if settings.media_path is not None and not settings.media_path.is_dir():
         raise typer.BadParameter(
             f"not a directory: {settings.media_path}", param_hint="--media-path"

@@ -82,6 +82,7 @@ class Flag:
     negatable: bool = True  # booleans: --x/--no-x
     repeatable: bool = False  # lists: the flag may be given several times (values joined)
     aliases: tuple[str, ...] = ()  # more spellings, e.g. llama-server's (--temp, --n-predict)
+    bare_value: str | None = None  # the value when the flag is given alone (`-fa`: on)
     shown_default: str | None = None  # when the default is not a plain value (None, computed)
     metavar: str | None = None
 
@@ -211,7 +212,7 @@ class Settings:
     threads: Annotated[
         int,
         Field(ge=1, description="Compute threads for generation."),
-        Flag(_MODEL, short="-t", no_short=frozenset({CHAT}), shown_default="physical cores"),
+        Flag(_MODEL, short="-t", shown_default="physical cores"),
         Engine("n_threads"),
     ] = Field(default_factory=physical_cores)
     threads_batch: Annotated[
@@ -234,15 +235,8 @@ class Settings:
     ] = 512
     temperature: Annotated[
         float,
-        Field(ge=0.0, description="Sampling temperature; 0 is greedy."),
-        Flag(
-            _SAMPLING,
-            commands=_BOTH,
-            short="-t",
-            no_short=frozenset({SERVE}),
-            aliases=("--temp",),
-            metavar="T",
-        ),
+        Field(ge=0.0, le=2.0, description="Sampling temperature; 0 is greedy."),
+        Flag(_SAMPLING, commands=_BOTH, aliases=("--temp",), metavar="T"),
     ] = 0.8
     top_p: Annotated[
         float,
@@ -334,6 +328,36 @@ class Settings:
         Field(ge=0, description="DRY: tokens scanned for repetitions; 0: off."),
         Flag(_SAMPLING, commands=_BOTH, metavar="N"),
     ] = 64
+    presence_penalty: Annotated[
+        float,
+        Field(ge=-2.0, le=2.0, description="Penalise every token already seen once; 0: off."),
+        Flag(_SAMPLING, commands=_BOTH, metavar="X"),
+    ] = 0.0
+    frequency_penalty: Annotated[
+        float,
+        Field(ge=-2.0, le=2.0, description="Penalise tokens by how often they were seen; 0: off."),
+        Flag(_SAMPLING, commands=_BOTH, metavar="X"),
+    ] = 0.0
+    grammar: Annotated[
+        str | None,
+        Field(description="GBNF grammar every answer follows unless a request asks for another."),
+        Flag(_SAMPLING, commands=_BOTH, metavar="GBNF", shown_default="none"),
+    ] = None
+    grammar_file: Annotated[
+        Path | None,
+        Field(description="A file holding that grammar."),
+        Flag(_SAMPLING, commands=_BOTH, metavar="FILE", shown_default="none"),
+    ] = None
+    json_schema: Annotated[
+        str | None,
+        Field(description="JSON schema every answer follows unless a request asks otherwise."),
+        Flag(_SAMPLING, commands=_BOTH, short="-j", metavar="JSON", shown_default="none"),
+    ] = None
+    json_schema_file: Annotated[
+        Path | None,
+        Field(description="A file holding that JSON schema."),
+        Flag(_SAMPLING, commands=_BOTH, short="-jf", metavar="FILE", shown_default="none"),
+    ] = None
     system: Annotated[
         str | None,
         Field(description="System prompt."),
@@ -595,7 +619,7 @@ class Settings:
     flash_attn: Annotated[
         FlashAttn,
         Field(description="Flash attention: auto, on or off."),
-        Flag(_MODEL, short="-fa", metavar="on|off|auto"),
+        Flag(_MODEL, short="-fa", metavar="on|off|auto", bare_value="on"),
         Engine("flash_attn", convert=_flash_on),
     ] = "on"
     cache_type: Annotated[
@@ -614,6 +638,12 @@ class Settings:
         Flag(_CACHE, short="-cram", shown_default="8192; decision models: off"),
         Engine("cache_ram_mib"),
     ] = None
+    cache_prompt: Annotated[
+        bool,
+        Field(description="Reuse a slot's or the RAM cache's prompt prefix (off: decode all)."),
+        Flag(_CACHE, commands=frozenset({SERVE})),
+        Engine("cache_prompt"),
+    ] = True
     cache_idle_slots: Annotated[
         bool,
         Field(description="Save an idle slot's prompt to the cache before a new request takes it."),
@@ -697,7 +727,12 @@ class Settings:
     ] = None
     spec_draft_n_max: Annotated[
         int,
-        Field(ge=1, le=MAX_DRAFT, description="Most tokens per draft."),
+        Field(
+            ge=1,
+            description=f"Most tokens per draft (capped at {MAX_DRAFT}: a draft and its row "
+            "stay in one flash-attention kernel).",
+        ),
+        AfterValidator(lambda n: min(n, MAX_DRAFT)),
         Flag(_SPEC),
         Engine("spec_draft_n_max"),
     ] = 3
