@@ -203,7 +203,8 @@ def test_missing_file_and_silence(tmp_path):
     quiet = tmp_path / "quiet.wav"
     quiet.write_bytes(wav_bytes(silence(2.0, 16000), 16000))
     result = run(str(quiet), "--json")
-    assert result.exit_code == 0 and result.stdout == ""
+    assert result.exit_code == 0 and result.stdout == ""  # scripts read nothing
+    assert "no speech heard" in result.stderr  # a person sees why
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ import typer
 
 from llamactl import EXIT_INTERRUPTED, LlamactlError
 from llamactl.cli._devices import print_input_devices
-from llamactl.cli._output import color_enabled, is_tty, print_error
+from llamactl.cli._output import color_enabled, is_tty, print_error, print_note
 from llamactl.cli._settings_options import setting_help
 from llamactl.cli._turns import EAGERNESS_HELP, TURN_HELP, Eagerness, TurnMode
 
@@ -218,6 +218,8 @@ def transcribe_command(
         view.close()
     if interrupted and not mic:
         raise typer.Exit(EXIT_INTERRUPTED)
+    if not view.lines:  # an empty stdout alone would look like a silent failure
+        print_note("no speech heard")
 
 
 # --------------------------------------------------------------------- input
@@ -278,6 +280,7 @@ class CaptionView:
         self.live = is_tty(out) and not json_output
         self._dim = color_enabled(out)
         self._drawn = False
+        self.lines = 0  # final lines written: none means no speech was heard
 
     def _width(self) -> int:
         import shutil
@@ -306,6 +309,7 @@ class CaptionView:
         else:
             self.out.write(text + "\n")
         self.out.flush()
+        self.lines += 1
 
     def close(self) -> None:
         if self._drawn:
