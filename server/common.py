@@ -58,15 +58,19 @@ def route_template(request: Request) -> str:
     return getattr(route, "path", None) or request.url.path
 
 
-def check_model(state: ServerState, model: str | None) -> None:
-    """With `--strict-model-names`, a name that is not this server's model is refused. By
-    default any name is answered by the one model, as llama-server does: many clients send a
-    name of their own (`gpt-4o-mini`, a Claude model) and cannot be told otherwise.
+def check_model(state: ServerState, model: str | None) -> str:
+    """The name an answer's `model` carries: the client's, which names this model, else the
+    server's (one rule for every API family, as llama-server answers). With
+    `--strict-model-names`, a name that is not this server's model is refused; by default
+    any name is answered by the one model: many clients send a name of their own
+    (`gpt-4o-mini`, a Claude model) and cannot be told otherwise.
 
     The file name, its stem and the --alias all name this server's model.
     """
-    if model is None or model == "" or not state.settings.strict_model_names:
-        return
+    if model is None or model == "":
+        return state.model_id
+    if not state.settings.strict_model_names:
+        return model
     names = {state.model_id, state.model_path.name, state.model_path.stem, str(state.model_path)}
     names.update(state.aliases)
     if model not in names:
@@ -75,6 +79,7 @@ def check_model(state: ServerState, model: str | None) -> None:
             f"Field 'model': unknown model '{model}'; this server serves '{state.model_id}'",
             "invalid_request_error",
         )
+    return model
 
 
 def check_int_range(field: str, value: int | None, low: int, high: int) -> None:

@@ -42,6 +42,19 @@ def test_any_name_is_answered_by_the_one_model(server, path, body) -> None:
     assert r.status_code == 200, r.text
 
 
+ANSWERS = [(path, body) for path, body in REQUESTS[:4]]  # the families that answer a `model`
+
+
+@pytest.mark.parametrize(("path", "body"), ANSWERS, ids=[p for p, _ in ANSWERS])
+def test_every_family_answers_with_the_name_it_was_asked_for(server, path, body) -> None:
+    """One rule (server/common.py check_model): the client's name, else the server's."""
+    got = httpx.post(server.url + path, json=body, timeout=60).json()
+    assert got["model"] == body["model"]
+    nameless = {k: v for k, v in body.items() if k != "model"}
+    got = httpx.post(server.url + path, json=nameless, timeout=60).json()
+    assert got["model"] == server.state.model_id
+
+
 def test_the_chat_answer_names_the_model_asked_for(server) -> None:
     body = {"model": "gpt-4o-mini", "messages": HI, **GREEDY}
     got = httpx.post(server.v1 + "/chat/completions", json=body, timeout=60).json()

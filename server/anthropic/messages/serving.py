@@ -85,7 +85,7 @@ def reply_for(state: ServerState, req: MessagesRequest, stream: ChatStream) -> R
     plan = thinking_plan(req.thinking)
     return Reply(
         id=new_id("msg_"),
-        model=state.model_id,
+        model=req.model or state.model_id,  # the one rule: server/common.py check_model
         prompt_tokens=stream.prompt_tokens,
         max_tokens=req.max_tokens,
         stop_sequences=tuple(req.stop_sequences or ()),

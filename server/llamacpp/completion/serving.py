@@ -23,7 +23,7 @@ from llamactl import (
     json_schema_grammar,
 )
 
-from ...common import check_int_range, progress_of
+from ...common import check_int_range, check_model, progress_of
 from ...disconnect import cancel_on_disconnect
 from ...errors import bad_request, from_engine_error
 from ...limits import limits_of
@@ -80,7 +80,7 @@ def start_prompts(
 ) -> NativeJob:
     """`start` for prompts already tokenized (`/infill` builds its own); `body.prompt` is
     then not read."""
-    model = params.check_model_name(state, body.model)
+    model = check_model(state, body.model)
     engine = state.require_text_engine()
     n = params.choice_count(state, body)
     check_int_range("n_probs", body.n_probs, 0, MAX_N_PROBS)

@@ -14,7 +14,6 @@ from llamactl import Done, LlamactlError, SamplingParams, Timings, TokenLogprob
 from ...common import (
     INT32_MAX,
     check_int_range,
-    check_model,
     response_format_grammar,
     sampling_params,
     total_usage,
@@ -101,12 +100,6 @@ def sampling_of(state: ServerState, body: SamplingFields) -> SamplingParams:
     if seed == -1:
         params = dataclasses.replace(params, seed=None)
     return params
-
-
-def check_model_name(state: ServerState, model: str | None) -> str:
-    """The name answered in `model`: the client's (it names this model), else the server's."""
-    check_model(state, model)
-    return model or state.model_id
 
 
 def fingerprint() -> str:

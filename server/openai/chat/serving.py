@@ -28,7 +28,15 @@ from llamactl import (
     ToolCallDelta,
 )
 
-from ...common import INT32_MAX, check_int_range, new_id, now, progress_of, start_chat
+from ...common import (
+    INT32_MAX,
+    check_int_range,
+    check_model,
+    new_id,
+    now,
+    progress_of,
+    start_chat,
+)
 from ...disconnect import cancel_on_disconnect
 from ...errors import bad_request
 from ...sse import DONE, data_frame
@@ -182,7 +190,7 @@ def chat_request(
 
 def start(state: ServerState, body: ChatCompletionRequest) -> ChatJob:
     """Check, render and submit; every 4xx is raised here, before any byte is sent."""
-    model = params.check_model_name(state, body.model)
+    model = check_model(state, body.model)
     n = params.choice_count(state, body)
     request, echo_reasoning = chat_request(state, body, n)
     stream = start_chat(state, request)

@@ -20,7 +20,7 @@ from llamactl import (
     TextDelta,
 )
 
-from ...common import check_int_range, new_id, now
+from ...common import check_int_range, check_model, new_id, now
 from ...disconnect import cancel_on_disconnect
 from ...errors import bad_request, from_engine_error
 from ..chat import params
@@ -64,7 +64,7 @@ def _prompts(state: ServerState, prompt: Any) -> list[list[int]]:
 
 def start(state: ServerState, body: CompletionRequest) -> CompletionJob:
     """Validate and submit every prompt; all 4xx happen here, before any byte is sent."""
-    model = params.check_model_name(state, body.model)
+    model = check_model(state, body.model)
     if body.echo:
         raise bad_request("Only no echo is supported")
     if body.suffix:

@@ -127,7 +127,7 @@ def echo(state: ServerState, body: ResponsesRequest, conv: ResponseInput, params
     return {
         "instructions": body.instructions,
         "max_output_tokens": body.max_output_tokens,
-        "model": state.model_id,
+        "model": body.model or state.model_id,  # the one rule: server/common.py check_model
         "parallel_tool_calls": body.parallel_tool_calls is not False,
         "previous_response_id": body.previous_response_id,
         "reasoning": {
