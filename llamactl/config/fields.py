@@ -64,6 +64,7 @@ _LORA = "LoRA adapters (docs/serve.md, LoRA adapters)"
 _EDGE = "HTTP edge: origins, hosts, body limits"
 _LIMITS = "Request limits (docs/serve.md, Request limits)"
 _SPEECH = "Speech limits (docs/transcribe.md, docs/api-realtime.md)"
+_VOICE = "Speech models (docs/transcribe.md, docs/tts.md)"
 _GPU = "GPU offload and memory (docs/serve.md, GPUs)"
 _COMPAT = "llama-server compatibility (docs/serve.md, Moving from llama-server)"
 _BOTH = ENGINE_COMMANDS
@@ -860,10 +861,14 @@ class Settings:
     ] = -1.0
     # Speech in (`transcribe`, /v1/audio/transcriptions, /v1/realtime)
     transcribe_model: Annotated[
-        str | None, Field(description="Speech model; none: the embedded Whisper tiny.en.")
+        str | None,
+        Field(description="Speech model; none: the embedded Whisper tiny.en."),
+        Flag(_VOICE, commands=frozenset({SERVE}), metavar="NAME|PATH", shown_default="tiny.en"),
     ] = None
     transcribe_mmproj: Annotated[
-        Path | None, Field(description="Audio projector of a llama.cpp speech .gguf.")
+        Path | None,
+        Field(description="Audio projector of a llama.cpp speech .gguf."),
+        Flag(_VOICE, commands=frozenset({SERVE}), metavar="FILE", shown_default="none"),
     ] = None
     transcribe_threads: Annotated[
         int,
@@ -873,10 +878,14 @@ class Settings:
     ] = 0
     # Speech out (`tts`, /tts, /v1/audio/speech, realtime answers); None: eSpeak NG
     tts_model: Annotated[
-        Path | None, Field(description="A llama.cpp TTS backbone .gguf (with tts_mmproj).")
+        Path | None,
+        Field(description="A llama.cpp TTS backbone .gguf (with --tts-mmproj)."),
+        Flag(_VOICE, commands=frozenset({SERVE}), metavar="FILE", shown_default="eSpeak NG"),
     ] = None
     tts_mmproj: Annotated[
-        Path | None, Field(description="The TTS backbone's mmproj holding the audio generator.")
+        Path | None,
+        Field(description="The TTS backbone's mmproj holding the audio generator."),
+        Flag(_VOICE, commands=frozenset({SERVE}), metavar="FILE", shown_default="none"),
     ] = None
     # Speech limits (hardening): what one upload or one realtime session may hold
     max_audio_seconds: Annotated[
