@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import time
 from pathlib import Path
 
 import httpx
@@ -68,6 +69,24 @@ def test_flags_banner_chat_request_ids_and_sigint(tmp_path: Path) -> None:
     assert any(f"[{generated}]" in line and "GET /health" in line for line in lines)
     assert "Traceback" not in log
     assert "Finished server process" in log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_two_signals_at_once_stop_serve_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
+    """`timeout` and an impatient Ctrl-C send a second signal within milliseconds: serve
+    still stops with exit code 0 and no traceback (uvicorn skips the lifespan's shutdown on
+    a second signal; serve runs it)."""
+    port = free_port()
+    with serve(tmp_path, "--port", str(port), "--threads", "1", port=port) as live:
+        deadline = time.monotonic() + 60
+        while "Uvicorn running" not in live.stderr and time.monotonic() < deadline:
+            time.sleep(0.01)  # up, the model perhaps still loading: as `timeout` finds it
+        live.proc.send_signal(sig)
+        time.sleep(0.02)
+        assert live.stop(sig) == 0
+        assert "Traceback" not in live.stderr
+        assert "CancelledError" not in live.stderr
 
 
 @pytest.mark.slow

@@ -298,6 +298,15 @@ def _run(
                 else:
                     loop.call_soon_threadsafe(stop_generating)
 
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().shutdown(sockets)
+            # A second signal (`timeout` sends two at once) makes uvicorn skip the lifespan's
+            # shutdown; the lifespan task is then cancelled at exit and logs a traceback. Its
+            # shutdown is quick (the generations were stopped): run it anyway.
+            if self.force_exit and self.started:
+                with contextlib.suppress(Exception):
+                    await self.lifespan.shutdown()
+
     options = uvicorn_options(
         settings,
         log_config=uvicorn_log_config(logs.level, log_file=logs.file, json_lines=logs.json_lines),
@@ -320,7 +329,7 @@ def _run(
     server = Server(config)
     if hasattr(state, "on_load_failure"):  # one model (a router's children fail on their own)
         state.on_load_failure = lambda _error: setattr(server, "should_exit", True)
-    _exit_quietly_after_signals()
+    _exit_quietly_after_signals(server)
     try:
         server.run(sockets=sockets)  # a port in use or a failed startup exits with code 3
     finally:
@@ -330,10 +339,16 @@ def _run(
         raise ModelLoadError(f"could not load the model: {state.load_error}")
 
 
-def _exit_quietly_after_signals() -> None:
+def _exit_quietly_after_signals(server: Any) -> None:
     """uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the handler
     it found: the default one kills the process (exit 143 for SIGTERM) or raises
     KeyboardInterrupt into a half-closed event loop. The shutdown is done by then, so the
-    handlers it finds do nothing and `serve` returns with exit code 0."""
+    handlers it finds only ask the server to exit, and `serve` returns with exit code 0. A
+    signal that comes before uvicorn has put its own handlers in place asks the same: the
+    server stops as soon as it has started, instead of the signal being lost."""
+
+    def stop(_sig: int, _frame: FrameType | None) -> None:
+        server.should_exit = True
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: None)
+        signal.signal(sig, stop)
