@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -150,6 +151,24 @@ def test_missing_chat_template_file_is_a_clear_error(tmp_path: Path) -> None:
     result = run_cli("serve", "--chat-template-file", str(missing), "--port", str(free_port()))
     assert result.returncode == 1
     assert f"chat template file {missing}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_busy_port_stops_serve_before_the_model_loads(tmp_path: Path) -> None:
+    """Bind first, then load (docs/serve.md, Listening): exit 3 naming the port, and no
+    model load started."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        result = run_cli("serve", "--port", str(port), "--log-level", "debug")
+    finally:
+        taken.close()
+    assert result.returncode == 3, result.stderr
+    assert f"cannot listen on 127.0.0.1 port {port}" in result.stderr
+    assert "Started server process" not in result.stderr  # uvicorn (and the load) never ran
+    assert not re.search(r"ready in [\d.]+ s", result.stderr)
     assert "Traceback" not in result.stderr
 
 

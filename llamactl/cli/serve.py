@@ -265,7 +265,7 @@ def _run(
 
     import uvicorn
 
-    from llamactl.server.edge.listen import bind_sockets, needs_own_sockets, remove_socket_files
+    from llamactl.server.edge.listen import bind_sockets, remove_socket_files
     from llamactl.server.edge.uvicorn_options import uvicorn_options
     from llamactl.server.request_log import uvicorn_log_config
 
@@ -314,10 +314,9 @@ def _run(
         # connections are waited for while generations drain, then a little more
         timeout_graceful_shutdown=settings.shutdown_grace + 5,
     )
-    # Several addresses or a UNIX socket (`--host 127.0.0.1,::1`, `--host x.sock`): bound here
-    sockets = (
-        bind_sockets(settings.host, settings.port) if needs_own_sockets(settings.host) else None
-    )
+    # Bound here, before uvicorn starts the lifespan that loads the model: an address in use
+    # stops serve (exit 3) before any loading; several addresses and UNIX sockets alike
+    sockets = None if child_of_router is not None else bind_sockets(settings.host, settings.port)
     served = app
     if child_of_router is not None:
         from llamactl.server.router.proof import ChildProofApp

@@ -21,7 +21,6 @@ __all__ = [
     "display_urls",
     "is_unix_socket_path",
     "listen_addresses",
-    "needs_own_sockets",
     "remove_socket_files",
 ]
 
@@ -40,12 +39,6 @@ def listen_addresses(host: str) -> list[str]:
 
 def is_unix_socket_path(address: str) -> bool:
     return address.endswith(".sock")
-
-
-def needs_own_sockets(host: str) -> bool:
-    """Several addresses or a UNIX socket: uvicorn is handed sockets bound here."""
-    addresses = listen_addresses(host)
-    return len(addresses) > 1 or is_unix_socket_path(addresses[0])
 
 
 def display_urls(host: str, port: int) -> list[str]:
