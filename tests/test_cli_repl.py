@@ -216,6 +216,20 @@ def test_one_shot_at_a_terminal_renders_and_exits(terminal_env: dict[str, str]) 
         term.close()
 
 
+def test_the_first_chat_with_the_embedded_model_says_what_it_is_once(
+    terminal_env: dict[str, str],
+) -> None:
+    hints = []
+    for _ in range(2):
+        term = Terminal(["chat", "Hi", "--temp", "0", "-n", "2"], terminal_env)
+        try:
+            assert term.wait() == 0
+            hints.append("small demo model" in term.text and "llamactl pull" in term.text)
+        finally:
+            term.close()
+    assert hints == [True, False]
+
+
 def test_ctrl_c_stops_a_one_shot_answer(terminal_env: dict[str, str]) -> None:
     question = "Count from 1 to 500, one number per line."
     term = Terminal(["chat", question, "--temp", "0", "-n", "400"], terminal_env)

@@ -138,6 +138,8 @@ def chat_command(
     options = TurnOptions.from_settings(settings, show_timings, hide_reasoning)
     try:
         with load_chat(settings) as loaded:
+            if not json_output:
+                hint_embedded_model(loaded.resolved.source)
             history = ChatHistory(system=settings.system)
             if question is None:
                 Repl(loaded, history, options).run()
@@ -151,6 +153,29 @@ def chat_command(
         raise typer.Exit(EXIT_INTERRUPTED) from None
     if code:
         raise typer.Exit(code)
+
+
+EMBEDDED_HINT = (
+    "Answering with the embedded SmolLM2-135M, a small demo model. For real answers: "
+    "`llamactl pull OWNER/REPO:QUANT` (a GGUF on Hugging Face), then `-m NAME` "
+    "(`llamactl models` lists them)."
+)
+
+
+def hint_embedded_model(source: str) -> None:
+    """One dim line, the first time a person chats with the embedded model, saying what it
+    is and how to get a real one; never in a pipe, never twice (a marker in the state dir)."""
+    if source != "embedded" or not is_tty(sys.stderr):
+        return
+    from llamactl.core.paths import state_dir
+
+    marker = state_dir() / "embedded-model-hint-shown"
+    if marker.exists():
+        return
+    print_note(EMBEDDED_HINT)
+    with contextlib.suppress(OSError):  # a read-only home shows the hint again next time
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
 
 
 # ------------------------------------------------------------------ input
