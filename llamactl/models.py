@@ -70,6 +70,19 @@ def embedded_model_path() -> Path | None:
     return None
 
 
+# What a model file may serve; a file with none of these that sees or hears is a projector
+SERVABLE = frozenset({"chat", "embed", "rerank", "decide"})
+
+
+def is_projector(entry: ModelEntry) -> bool:
+    """An mmproj file (paired with a model, not one itself): named so (llama-server's rule),
+    or a readable GGUF that only sees or hears."""
+    if entry.path.name.lower().startswith("mmproj"):
+        return True
+    caps = set(entry.capabilities)
+    return entry.error is None and not SERVABLE & caps and bool(caps & {"see", "hear"})
+
+
 def _gguf_files(directory: Path) -> Iterator[tuple[str, Path]]:
     """(name, path) for each model under `directory`: the path relative to it without ".gguf",
     with split models listed once under their first shard. Hidden directories are skipped."""

@@ -97,6 +97,18 @@ def test_table_shows_every_model(models_dir: Path, monkeypatch: pytest.MonkeyPat
     assert "\x1b[" not in out
 
 
+def test_projectors_are_not_listed_as_models(models_dir: Path) -> None:
+    (models_dir / "family" / "mmproj-tiny.gguf").symlink_to(EMBEDDED)
+    assert all(not row["name"].endswith("mmproj-tiny") for row in models_json())
+    out = models().stdout
+    assert "Projectors (paired with their model, --mmproj): family/mmproj-tiny" in out
+
+
+def test_a_missing_models_directory_says_so(tmp_path: Path) -> None:
+    out = models("--models-dir", str(tmp_path / "nowhere")).stdout
+    assert f"Models directory: {tmp_path / 'nowhere'} (does not exist)" in " ".join(out.split())
+
+
 def test_no_models_found(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(llamactl.models, "embedded_model_path", lambda: None)
     result = models()

@@ -16,7 +16,7 @@ from rich.text import Text
 from llamactl import ModelNotFoundError
 from llamactl.cli._output import human_size, stdout_console
 from llamactl.config import Settings, load_settings
-from llamactl.models import ModelEntry, list_models, resolve_model
+from llamactl.models import ModelEntry, is_projector, list_models, resolve_model
 
 HELP = """List the models that --model can name.
 
@@ -54,7 +54,9 @@ def models_command(
     ] = False,
 ) -> None:
     settings = load_settings({"models_dir": models_dir})
-    entries = list_models(settings)
+    found = list_models(settings)
+    entries = [e for e in found if not is_projector(e)]  # paired with a model, not one
+    projectors = [e for e in found if is_projector(e)]
     default = _default_path(settings)
     if json_output:
         rows = [entry_dict(e, default) for e in entries]
@@ -69,7 +71,15 @@ def models_command(
         )
         return
     print_table(console, entries, default)
-    console.print(Text(f"Models directory: {settings.models_dir}", style="dim"), soft_wrap=True)
+    if projectors:
+        names = ", ".join(e.name for e in projectors)
+        console.print(
+            Text(f"Projectors (paired with their model, --mmproj): {names}", style="dim"),
+            soft_wrap=True,
+        )
+    where = settings.models_dir
+    missing = "" if where.is_dir() else " (does not exist)"
+    console.print(Text(f"Models directory: {where}{missing}", style="dim"), soft_wrap=True)
 
 
 def _default_path(settings: Settings) -> Path | None:

@@ -241,7 +241,7 @@ def _serve_router(settings, scan_dir: bool, logs: LogOptions) -> None:
     app = create_router_app(settings, models_dir=settings.models_dir if scan_dir else None)
     state = app.state.llamactl
     stderr_console().print(
-        f"[bold]llamactl serve[/] (router): {len(state.manager.catalog)} models on "
+        f"[bold]llamactl serve[/] (router): {_count(len(state.manager.catalog), 'model')} on "
         f"[cyan]{_urls(settings)}[/] "
         f"(at most {settings.models_max or 'any number'} loaded"
         f"{', API keys required' if state.api_keys else ''})"
@@ -351,3 +351,8 @@ def _exit_quietly_after_signals(server: Any) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
+
+
+def _count(n: int, noun: str) -> str:
+    """`1 model`, `3 models`."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"

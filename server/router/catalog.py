@@ -18,13 +18,12 @@ from typing import Any
 
 from llamactl import ConfigError, LlamactlError, read_gguf_info
 from llamactl.config import Settings
-from llamactl.models import ModelEntry, list_models, resolve_model
+from llamactl.models import SERVABLE, ModelEntry, is_projector, list_models, resolve_model
 
 from ..capabilities import input_modalities, output_modalities, served_capabilities
 from .preset import PresetModel, read_preset
 
 # GGUF capabilities that make a file servable on its own (projectors are not)
-_SERVABLE = frozenset({"chat", "embed", "rerank", "decide"})
 
 
 @dataclass(frozen=True)
@@ -103,7 +102,7 @@ def build_catalog(settings: Settings, models_dir: Path | None) -> Catalog:
         for entry in entries:
             if entry.name in taken or is_projector(entry):
                 continue
-            if entry.error is None and not _SERVABLE & set(entry.capabilities):
+            if entry.error is None and not SERVABLE & set(entry.capabilities):
                 continue  # a vocab-only file
             spec = ModelSpec(
                 name=entry.name,
@@ -130,14 +129,6 @@ def build_catalog(settings: Settings, models_dir: Path | None) -> Catalog:
                 specs[i] = dataclasses.replace(spec, aliases=(alias,))
                 names.add(alias)
     return Catalog(specs)
-
-
-def is_projector(entry: ModelEntry) -> bool:
-    """An mmproj file: named so (llama-server's rule), or a readable projector GGUF."""
-    if entry.path.name.lower().startswith("mmproj"):
-        return True
-    caps = set(entry.capabilities)
-    return entry.error is None and not _SERVABLE & caps and bool(caps & {"see", "hear"})
 
 
 def pair_projectors(entries: list[ModelEntry]) -> dict[str, ModelEntry]:
