@@ -11,7 +11,8 @@ _llamactl_files() {
 _llamactl_models() {
     local IFS=$'\n' dir="${LLAMACTL_MODELS_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/llamactl/models}" names='SmolLM2-135M-Instruct.Q4_1'
     [[ -d "$dir" ]] && names+=$'\n'"$(cd "$dir" && find -L . -name '*.gguf' ! -name 'mmproj*' 2>/dev/null | sed -e 's|^\./||' -e 's|\.gguf$||')"
-    COMPREPLY=($(compgen -W "$names" -- "$1") $(compgen -f -- "$1"))
+    COMPREPLY=($(compgen -W "$names" -- "$1") $(compgen -f -X '!*.gguf' -- "$1"))
+    COMPREPLY+=($(compgen -d -- "$1"))
     compopt -o filenames 2>/dev/null
 }
 

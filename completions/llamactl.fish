@@ -28,7 +28,7 @@ complete -c llamactl -n '__fish_use_subcommand' -s V -l version -d 'Show the ver
 complete -c llamactl -n '__fish_use_subcommand' -s h -l help -l usage -d 'Show this message and exit'
 
 # llamactl chat
-complete -c llamactl -n '__fish_seen_subcommand_from chat' -s m -l model -r -F -a '(__llamactl_models)' -d 'GGUF path, alias or name in the models dir [embedded SmolLM2]'
+complete -c llamactl -n '__fish_seen_subcommand_from chat' -s m -l model -r -f -a '(__llamactl_models) (__fish_complete_suffix .gguf)' -d 'GGUF path, alias or name in the models dir [embedded SmolLM2]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l hf-repo -x -d 'Hugging Face model OWNER/REPO[:QUANT|:FILE], fetched into the models dir unless it is there (see `llamactl pull`) [none]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -s c -l ctx-size -x -d 'Total context over all slots; 0: the training context per slot (at least 4096, less if memory is short) [0]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -s t -l threads -x -d 'Compute threads for generation [physical cores]'
@@ -125,7 +125,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from quantize' -s h -l help -l u
 complete -c llamactl -n '__fish_seen_subcommand_from quantize' -F
 
 # llamactl score
-complete -c llamactl -n '__fish_seen_subcommand_from score' -s m -l model -r -F -a '(__llamactl_models)' -d 'Decision model: GGUF path, alias or name in the models directory'
+complete -c llamactl -n '__fish_seen_subcommand_from score' -s m -l model -r -f -a '(__llamactl_models) (__fish_complete_suffix .gguf)' -d 'Decision model: GGUF path, alias or name in the models directory'
 complete -c llamactl -n '__fish_seen_subcommand_from score' -s s -l state -x -d 'The state: text, or @FILE (JSON if it ends in .json; @- for stdin)'
 complete -c llamactl -n '__fish_seen_subcommand_from score' -s q -l question -x -d 'ID:TYPE:INSTRUCTIONS[:CRITERIA], repeatable'
 complete -c llamactl -n '__fish_seen_subcommand_from score' -s i -l image -r -F -d 'An image file (up to 8); needs the model\'s mmproj'
@@ -138,7 +138,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from score' -l json -d 'Print th
 complete -c llamactl -n '__fish_seen_subcommand_from score' -s h -l help -l usage -d 'Show this message and exit'
 
 # llamactl serve
-complete -c llamactl -n '__fish_seen_subcommand_from serve' -s m -l model -r -F -a '(__llamactl_models)' -d 'GGUF path, alias or name in the models dir [embedded SmolLM2]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -s m -l model -r -f -a '(__llamactl_models) (__fish_complete_suffix .gguf)' -d 'GGUF path, alias or name in the models dir [embedded SmolLM2]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l hf-repo -x -d 'Hugging Face model OWNER/REPO[:QUANT|:FILE], fetched into the models dir unless it is there (see `llamactl pull`) [none]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s c -l ctx-size -x -d 'Total context over all slots; 0: the training context per slot (at least 4096, less if memory is short) [0]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l parallel -x -d 'Slots: requests decoded together [4]'
@@ -232,7 +232,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from serve' -l models-preset -r 
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l models-max -x -d 'Models loaded at once; the least recently used is unloaded; 0: no limit [4]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l models-autoload -l no-models-autoload -d 'Load a model on its first request; ?autoload= overrides per request [on]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l sleep-idle-seconds -x -d 'Unload a model idle this many seconds; -1: never [-1]'
-complete -c llamactl -n '__fish_seen_subcommand_from serve' -l transcribe-model -r -F -a '(__llamactl_models)' -d 'Speech model; none: the embedded Whisper tiny.en [tiny.en]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l transcribe-model -r -f -a '(__llamactl_models) (__fish_complete_suffix .gguf)' -d 'Speech model; none: the embedded Whisper tiny.en [tiny.en]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l transcribe-mmproj -r -F -d 'Audio projector of a llama.cpp speech .gguf [none]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l tts-model -r -F -d 'A llama.cpp TTS backbone .gguf (with --tts-mmproj) [eSpeak NG]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l tts-mmproj -r -F -d 'The TTS backbone\'s mmproj holding the audio generator [none]'

@@ -250,7 +250,8 @@ _llamactl_files() {{
 _llamactl_models() {{
     local IFS=$'\\n' dir={MODELS_DIR_SH} names={embedded!r}
     [[ -d "$dir" ]] && names+=$'\\n'"$(cd "$dir" && {LIST_MODELS_SH})"
-    COMPREPLY=($(compgen -W "$names" -- "$1") $(compgen -f -- "$1"))
+    COMPREPLY=($(compgen -W "$names" -- "$1") $(compgen -f -X '!*.gguf' -- "$1"))
+    COMPREPLY+=($(compgen -d -- "$1"))
     compopt -o filenames 2>/dev/null
 }}
 
@@ -382,7 +383,7 @@ def _zsh_models() -> str:
         f"    local -a names=({_embedded_name()!r})\n"
         f'    [[ -d "$dir" ]] && names+=(${{(f)"$(cd "$dir" && {LIST_MODELS_SH})"}})\n'
         "    _describe -t models 'model' names\n"
-        "    _files\n"
+        "    _files -g '*.gguf'\n"
         "}\n\n"
     )
 
@@ -433,7 +434,7 @@ def render_fish(root: Cmd) -> str:
             value = ""
             if o.takes_value:
                 value = {
-                    "model": " -r -F -a '(__llamactl_models)'",
+                    "model": " -r -f -a '(__llamactl_models) (__fish_complete_suffix .gguf)'",
                     "file": " -r -F",
                     "dir": " -x -a '(__fish_complete_directories)'",
                     "choice": " -x -a " + _fish_quote(" ".join(o.choices)),

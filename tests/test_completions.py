@@ -121,7 +121,8 @@ def test_bash_completes_commands_and_options() -> None:
 
 
 def test_bash_completes_values() -> None:
-    assert bash_complete("chat", "--model", "pyproj") == ["pyproject.toml"]
+    assert bash_complete("chat", "--model", "pyproj") == []  # not a GGUF file
+    assert bash_complete("chat", "--model", "tes") == ["tests"]  # a folder may hold some
     assert bash_complete("chat", "--temperature", "") == []  # free text: nothing to offer
     assert "tests" in bash_complete("models", "--models-dir", "te")
     assert "pyproject.toml" not in bash_complete("models", "--models-dir", "py")
@@ -187,12 +188,12 @@ def test_model_names_complete_from_the_catalogue(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--model offers what `llamactl models` names: the embedded model and the models
-    directory's files (no projector), then files of the current directory."""
+    directory's files (no projector), then GGUF files and folders of the current directory."""
     monkeypatch.setenv("LLAMACTL_MODELS_DIR", str(_models_dir(tmp_path / "models")))
     assert bash_complete("chat", "-m", "qw") == ["qwen3-4b"]
     assert bash_complete("serve", "--model", "chat/") == ["chat/phi-4"]
     assert bash_complete("chat", "--model", "SmolLM2") == ["SmolLM2-135M-Instruct.Q4_1"]
-    assert bash_complete("chat", "--model", "pyproj") == ["pyproject.toml"]
+    assert bash_complete("chat", "--model", "pyproj") == []  # only GGUF files and folders
     assert "mmproj-qwen3-4b" not in bash_complete("chat", "-m", "")
 
 
