@@ -87,6 +87,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from chat' -l chat-template -x -
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l show-timings -d 'Print prompt and generation speed after answers'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l hide-reasoning -d 'Do not show the model\'s thinking'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l json -d 'Print one JSON object with the answer, usage and timings'
+complete -c llamactl -n '__fish_seen_subcommand_from chat' -l help-all -d 'Show every option, grouped by topic'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -s h -l help -l usage -d 'Show this message and exit'
 
 # llamactl convert
@@ -264,7 +265,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from serve' -l log-file -r -F -d
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l log-format -x -d 'text, or json: one JSON object per line (llama-server\'s --log-jsonl)'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l mmproj -r -F -d 'The model\'s multimodal projector: images (and audio) in chat, or a decision model\'s (default for those: mmproj-MODEL-FILE beside it)'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l no-mmproj -d 'Serve without a projector, even one given or found beside the model'
-complete -c llamactl -n '__fish_seen_subcommand_from serve' -l mmproj-offload -l no-mmproj-offload -d 'Accepted for llama-server command lines: the projector runs on the CPU, as the model does'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l help-all -d 'Show every option, grouped by topic'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s h -l help -l usage -d 'Show this message and exit'
 
 # llamactl stop

@@ -18,6 +18,7 @@ from importlib.metadata import version
 from typing import Any
 
 import pytest
+import typer.main
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -81,6 +82,7 @@ class FakeChat:
 class FakeLoaded:
     chat: FakeChat = field(default_factory=FakeChat)
     name: str = "fake-model"
+    source: str = "path"
 
     def __enter__(self) -> FakeLoaded:
         return self
@@ -215,11 +217,33 @@ def test_help_has_examples() -> None:
     result = invoke("chat", "--help")
     assert result.exit_code == 0
     assert "Examples" in result.stdout
-    for flag in ("--model", "--system", "--temperature", "--top-p", "--top-k", "--seed"):
+    for flag in ("--model", "--system", "--temperature", "--seed", "--max-tokens"):
         assert flag in result.stdout
-    for flag in ("--max-tokens", "--ctx-size", "--threads", "--show-timings", "--json"):
+    for flag in ("--ctx-size", "--threads", "--show-timings", "--json", "--hide-reasoning"):
         assert flag in result.stdout
-    assert "--hide-reasoning" in result.stdout
+    assert "--top-k" not in result.stdout  # one screen: the rest under --help-all
+    assert "more options" in result.stdout and "llamactl chat --help-all" in result.stdout
+    every = invoke("chat", "--help-all").stdout
+    assert "--top-p" in every and "--top-k" in every and "--dry-multiplier" in every
+
+
+@pytest.mark.parametrize("command", ["chat", "serve"])
+@pytest.mark.parametrize("flag", ["--help", "--help-all"])
+def test_help_fits_80_columns_and_cuts_no_name(command: str, flag: str) -> None:
+    """Plain text at 80 columns: no line wider, every option's name whole; --help fits a
+    screen or two, --help-all has everything."""
+    result = invoke(command, flag, env={"COLUMNS": "80"})
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in result.stdout
+    if flag == "--help":
+        assert len(lines) <= 90
+    names = re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", result.stdout)
+    command_obj = typer.main.get_command(app).commands[command]
+    known = {o for p in command_obj.params for o in (*p.opts, *getattr(p, "secondary_opts", ()))}
+    known |= {"--help", "--usage"}
+    assert set(names) <= known  # a cut name ("--chat-template-f") would not be an option
 
 
 def test_missing_model_is_one_clean_error() -> None:

@@ -149,7 +149,7 @@ def test_help_defaults_come_from_the_fields() -> None:
     assert setting_help("port") == "Port [8080]."
     assert default_text("ubatch_size") == "512" and default_text("kv_unified") == "off"
     for command in ("serve", "chat"):
-        result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "300"})
+        result = CliRunner().invoke(app, [command, "--help-all"], env={"COLUMNS": "300"})
         assert result.exit_code == 0
         assert "--ubatch-size" in result.stdout and "-ub" in result.stdout
         assert "--threads-batch" in result.stdout and "-tb" in result.stdout
@@ -157,7 +157,7 @@ def test_help_defaults_come_from_the_fields() -> None:
 
 def test_every_flag_setting_is_an_option_of_its_commands() -> None:
     for command in ("serve", "chat"):
-        result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "300"})
+        result = CliRunner().invoke(app, [command, "--help-all"], env={"COLUMNS": "300"})
         for name, info in Settings.__pydantic_fields__.items():
             flag = next((m for m in info.metadata if isinstance(m, Flag)), None)
             if flag is not None and command in flag.commands:

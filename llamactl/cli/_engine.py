@@ -32,6 +32,11 @@ class LoadedChat:
     def name(self) -> str:
         return self.resolved.name
 
+    @property
+    def source(self) -> str:
+        """How the model was found: "embedded", "path", "alias"..."""
+        return self.resolved.source
+
     def close(self) -> None:
         self.engine.close()
         self.model.close()

@@ -174,9 +174,69 @@ def _bare_values(command: str) -> dict[str, str]:
     return out
 
 
+HELP_ALL = "llamactl_help_all"  # ctx.meta key: --help-all was given
+
+
+def _show_all_help(ctx: typer.Context, value: bool) -> None:
+    if value:
+        ctx.meta[HELP_ALL] = True
+        typer.echo(ctx.get_help())
+        raise typer.Exit()
+
+
+def _help_all_parameter() -> inspect.Parameter:
+    option = typer.Option(
+        "--help-all",
+        help="Show every option, grouped by topic.",
+        is_eager=True,
+        callback=_show_all_help,
+    )
+    return inspect.Parameter(
+        _HELP_ALL_PARAM,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=False,
+        annotation=Annotated[bool, option],
+    )
+
+
+_HELP_ALL_PARAM = "help_all"
+
+
 class SettingsCommand(TyperCommand):
     """A command whose options may be given without their value where llama.cpp allows it
-    (`-fa` alone is `-fa on`): the value is put in before click parses the line."""
+    (`-fa` alone is `-fa on`): the value is put in before click parses the line.
+
+    Its `--help` is one screen: the command's own options and the settings marked common,
+    each topic under its heading, and a line naming `--help-all` for the rest. It is written
+    as plain text, so no option's name is ever cut, whatever the terminal's width."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        super(TyperCommand, self).format_help(ctx, formatter)  # click's, not rich's table
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        every = bool(ctx.meta.get(HELP_ALL))
+        settings = {name: flag for name in setting_fields() if (flag := _flag(name)) is not None}
+        panels: dict[str, list[tuple[str, str]]] = {}
+        left = 0
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            flag = settings.get(param.name or "")
+            if flag is not None and not flag.common and not every:
+                left += 1
+                continue
+            panel = getattr(param, "rich_help_panel", None) or "Options"
+            panels.setdefault(panel, []).append(record)
+        for title, rows in panels.items():
+            with formatter.section(title):
+                _write_rows(formatter, rows)
+        if left:
+            formatter.write_paragraph()
+            formatter.write_text(
+                f"{left} more options (prompt cache, speculation, LoRA, limits, GPU, "
+                f"llama-server names...): llamactl {self.name} --help-all"
+            )
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         bare = _bare_values(self.name or "")
@@ -190,6 +250,28 @@ class SettingsCommand(TyperCommand):
             if arg in bare and (following is None or following.startswith("-")):
                 out.append(bare[arg])
         return super().parse_args(ctx, out)
+
+
+def _write_rows(formatter: Any, rows: list[tuple[str, str]], name_max: int = 30) -> None:
+    """click's two-column option list, wrapped without ever breaking a word at a hyphen
+    (click's wrapper would print `--log-` at a line's end and `file` on the next)."""
+    import textwrap
+
+    width = max(formatter.width - formatter.current_indent, 40)
+    first = min(max((len(name) for name, _ in rows), default=0), name_max)
+    help_width = max(width - first - 2, 20)
+    wrapper = textwrap.TextWrapper(width=help_width, break_on_hyphens=False, break_long_words=False)
+    pad = " " * formatter.current_indent
+    for name, text in rows:
+        lines = wrapper.wrap(" ".join(text.split())) or [""]
+        if len(name) <= first:
+            formatter.write(f"{pad}{name.ljust(first)}  {lines[0]}".rstrip() + "\n")
+            rest = lines[1:]
+        else:  # a long name: its help starts on the next line
+            formatter.write(f"{pad}{name}\n")
+            rest = lines
+        for line in rest:
+            formatter.write(f"{pad}{' ' * (first + 2)}{line}\n")
 
 
 def _joined(value: Any) -> Any:
@@ -211,12 +293,13 @@ def settings_options(command: str) -> Callable[[Callable[..., Any]], Callable[..
 
         @functools.wraps(func)
         def command_with_settings(**kwargs: Any) -> Any:
+            kwargs.pop(_HELP_ALL_PARAM, None)
             overrides = {name: _joined(kwargs.pop(name)) for name in names}
             if compat:
                 _apply_compat(kwargs, overrides)
             return func(**kwargs, overrides=overrides)
 
-        params = [*generated, *kept, *compat]  # the settings' panels first
+        params = [*generated, *kept, _help_all_parameter(), *compat]  # settings' panels first
         # inspect reads __signature__ first; typeshed does not declare it on functions
         command_with_settings.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         command_with_settings.__annotations__ = {p.name: p.annotation for p in params}

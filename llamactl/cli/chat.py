@@ -66,17 +66,15 @@ Defaults for reading, not for programs (`serve` keeps llama-server's): an answer
 caught repeating itself is stopped with a note, [stopped: repeating].
 """.format(**dataclasses.asdict(INTERACTIVE))
 
-EPILOG = """**Examples**
+EPILOG = """\b
+Examples:
+  llamactl chat                                    # interactive
+  llamactl chat "Name three primes" --temp 0 -n 64 # reproducible
+  cat notes.md | llamactl chat "Summarise this"    # the pipe, then the prompt
+  llamactl chat "Hi" --json | jq .text             # for scripts
 
-```
-llamactl chat                                   # interactive, default model
-llamactl chat "Name three primes" --temp 0 -n 64  # one reproducible answer
-cat notes.md | llamactl chat "Summarise this"   # piped text, then the prompt
-llamactl chat "Hi" --json | jq .text            # for scripts
-```
-
-**In the chat**: /help, /system TEXT, /reset, /exit. Ctrl-C stops an answer;
-Ctrl-D, or Ctrl-C twice at the prompt, leaves.
+In the chat: /help, /system TEXT, /reset, /exit. Ctrl-C stops an answer; Ctrl-D, or Ctrl-C
+twice at the prompt, leaves.
 """
 
 _OUTPUT = "Output"
@@ -139,7 +137,7 @@ def chat_command(
     try:
         with load_chat(settings) as loaded:
             if not json_output:
-                hint_embedded_model(loaded.resolved.source)
+                hint_embedded_model(loaded.source)
             history = ChatHistory(system=settings.system)
             if question is None:
                 Repl(loaded, history, options).run()

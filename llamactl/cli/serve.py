@@ -26,15 +26,16 @@ from llamactl.engine_settings import (
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
-EPILOG = """
+EPILOG = """\b
 Examples:
+  llamactl serve                   # the embedded model on 127.0.0.1:8080
+  llamactl serve -m ~/models/qwen3-4b.gguf --parallel 8 --api-key s3cret
+  curl localhost:8080/v1/chat/completions \\
+    -d '{"messages":[{"role":"user","content":"Hi"}]}'
 
-* `llamactl serve` — the embedded model on http://127.0.0.1:8080/v1
-* `llamactl serve -m ~/models/qwen3-4b.gguf --parallel 8 --api-key s3cret`
-* `curl localhost:8080/v1/chat/completions -d '{"messages":[{"role":"user","content":"Hi"}]}'`
-
-Every flag but --log-level is also an `LLAMACTL_*` environment variable and a config-file key
-(`--ctx-size` is `LLAMACTL_N_CTX` / `n_ctx`). See docs/serve.md.
+Every flag but --log-level is also an LLAMACTL_* environment variable and a config-file key
+(--ctx-size is LLAMACTL_N_CTX / n_ctx). llama-server's command lines work unchanged
+(docs/serve.md, Moving from llama-server).
 """
 
 
@@ -109,6 +110,7 @@ def serve_command(
             "--mmproj-offload/--no-mmproj-offload",
             help="Accepted for llama-server command lines: the projector runs on the CPU, as"
             " the model does.",
+            hidden=True,
         ),
     ] = True,
     listen_fd: Annotated[

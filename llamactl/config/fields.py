@@ -84,6 +84,7 @@ class Flag:
     repeatable: bool = False  # lists: the flag may be given several times (values joined)
     aliases: tuple[str, ...] = ()  # more spellings, e.g. llama-server's (--temp, --n-predict)
     bare_value: str | None = None  # the value when the flag is given alone (`-fa`: on)
+    common: bool = False  # shown by `--help` (the rest by `--help-all`)
     shown_default: str | None = None  # when the default is not a plain value (None, computed)
     metavar: str | None = None
 
@@ -178,7 +179,9 @@ class Settings:
     model: Annotated[
         str | None,
         Field(description="GGUF path, alias or name in the models dir."),
-        Flag(_MODEL, short="-m", metavar="NAME|PATH", shown_default="embedded SmolLM2"),
+        Flag(
+            _MODEL, common=True, short="-m", metavar="NAME|PATH", shown_default="embedded SmolLM2"
+        ),
     ] = None
     hf_repo: Annotated[
         str | None,
@@ -186,7 +189,7 @@ class Settings:
             description="Hugging Face model OWNER/REPO[:QUANT|:FILE], fetched into the models "
             "dir unless it is there (see `llamactl pull`)."
         ),
-        Flag(_MODEL, short="-hf", metavar="REPO[:QUANT]", shown_default="none"),
+        Flag(_MODEL, common=True, short="-hf", metavar="REPO[:QUANT]", shown_default="none"),
     ] = None
     models_dir: Annotated[Path, Field(description="Where model names are looked up.")] = Field(
         default_factory=paths.default_models_dir
@@ -201,19 +204,19 @@ class Settings:
             description="Total context over all slots; 0: the training context per slot "
             f"(at least {DEFAULT_SLOT_CTX}, less if memory is short).",
         ),
-        Flag(_MODEL, short="-c", long="--ctx-size", metavar="N"),
+        Flag(_MODEL, common=True, short="-c", long="--ctx-size", metavar="N"),
         Engine("n_ctx"),
     ] = 0
     parallel: Annotated[
         int,
         Field(ge=1, description="Slots: requests decoded together."),
-        Flag(_MODEL, commands=frozenset({SERVE}), short="-np"),
+        Flag(_MODEL, common=True, commands=frozenset({SERVE}), short="-np"),
         Engine("n_parallel"),
     ] = 4
     threads: Annotated[
         int,
         Field(ge=1, description="Compute threads for generation."),
-        Flag(_MODEL, short="-t", shown_default="physical cores"),
+        Flag(_MODEL, common=True, short="-t", shown_default="physical cores"),
         Engine("n_threads"),
     ] = Field(default_factory=physical_cores)
     threads_batch: Annotated[
@@ -237,7 +240,7 @@ class Settings:
     temperature: Annotated[
         float,
         Field(ge=0.0, le=2.0, description="Sampling temperature; 0 is greedy."),
-        Flag(_SAMPLING, commands=_BOTH, aliases=("--temp",), metavar="T"),
+        Flag(_SAMPLING, common=True, commands=_BOTH, aliases=("--temp",), metavar="T"),
     ] = 0.8
     top_p: Annotated[
         float,
@@ -259,6 +262,7 @@ class Settings:
         Field(description="Random seed, for reproducible sampling."),
         Flag(
             _SAMPLING,
+            common=True,
             commands=_BOTH,
             short="-s",
             no_short=frozenset({CHAT}),
@@ -272,6 +276,7 @@ class Settings:
         AfterValidator(_no_limit),
         Flag(
             _SAMPLING,
+            common=True,
             commands=_BOTH,
             short="-n",
             aliases=("--n-predict", "--predict"),
@@ -362,7 +367,7 @@ class Settings:
     system: Annotated[
         str | None,
         Field(description="System prompt."),
-        Flag(_MODEL, commands=frozenset({CHAT}), short="-s"),
+        Flag(_MODEL, common=True, commands=frozenset({CHAT}), short="-s"),
     ] = None
     host: Annotated[
         str,
@@ -370,7 +375,7 @@ class Settings:
             description="Addresses to listen on, comma-separated; a path ending in .sock is a"
             " UNIX socket."
         ),
-        Flag(_SERVER, commands=frozenset({SERVE})),
+        Flag(_SERVER, common=True, commands=frozenset({SERVE})),
     ] = "127.0.0.1"
     api_prefix: Annotated[
         str,
@@ -389,12 +394,12 @@ class Settings:
     port: Annotated[
         int,
         Field(ge=0, le=65535, description="Port."),
-        Flag(_SERVER, commands=frozenset({SERVE})),
+        Flag(_SERVER, common=True, commands=frozenset({SERVE})),
     ] = 8080
     api_key: Annotated[
         list[str],
         Field(description="Accepted API key(s), comma-separated.", repr=False),  # never printed
-        Flag(_SERVER, commands=frozenset({SERVE}), shown_default="none"),
+        Flag(_SERVER, common=True, commands=frozenset({SERVE}), shown_default="none"),
     ] = Field(default_factory=list, repr=False)
     api_key_file: Annotated[
         Path | None,
@@ -423,7 +428,7 @@ class Settings:
             description="Model id reported by /v1/models; several, comma-separated, all name"
             " the model (the id is the first in sorted order, as llama-server picks it)."
         ),
-        Flag(_MODEL, commands=frozenset({SERVE}), short="-a"),
+        Flag(_MODEL, common=True, commands=frozenset({SERVE}), short="-a"),
     ] = None
     tags: Annotated[
         list[str],
@@ -559,7 +564,14 @@ class Settings:
             description="Layers to offload to the GPU; -1: all (a CPU-only build keeps them on"
             " the CPU, with a note).",
         ),
-        Flag(_GPU, short="-ngl", aliases=("--gpu-layers",), metavar="N", shown_default="-1 (all)"),
+        Flag(
+            _GPU,
+            common=True,
+            short="-ngl",
+            aliases=("--gpu-layers",),
+            metavar="N",
+            shown_default="-1 (all)",
+        ),
         Weights("n_gpu_layers"),
     ] = -1
     split_mode: Annotated[
@@ -791,7 +803,7 @@ class Settings:
     chat_template_file: Annotated[
         Path | None,
         Field(description="Jinja file replacing the model's template."),
-        Flag(_MODEL),
+        Flag(_MODEL, common=True),
     ] = None
     chat_template: Annotated[
         str | None,
