@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +25,7 @@ from typer.testing import CliRunner
 
 from llamactl.cli import _engine
 from llamactl.cli._output import PlainView, RichView
-from llamactl.cli.chat import ChatHistory, TurnOptions, ask, join_prompt
+from llamactl.cli.chat import ChatHistory, Repl, TurnOptions, ask, join_prompt
 from llamactl.cli.main import app
 from llamactl.core.errors import ContextLengthError
 from llamactl.engine.types import (
@@ -407,3 +408,43 @@ def test_help_shows_switches_without_a_value(command: str) -> None:
     assert result.exit_code == 0, result.output
     assert "<bool>" not in result.stdout
     assert "--help" in result.stdout
+
+
+# ------------------------------------------------------------------ REPL commands
+def repl() -> Repl:
+    options = TurnOptions(SamplingParams(), 1024)
+    return Repl(FakeLoaded(), ChatHistory(system="Be brief."), options)  # type: ignore[arg-type]
+
+
+def test_set_changes_the_next_answers_sampling_within_the_settings_bounds(capsys) -> None:
+    r = repl()
+    assert r.command("/set temp 0.2") and r.command("/set top_k 7") and r.command("/set n 64")
+    assert (r.options.sampling.temperature, r.options.sampling.top_k) == (0.2, 7)
+    assert r.options.max_tokens == 64
+    r.command("/set temperature 9")  # the server's bound: refused, nothing changed
+    assert r.options.sampling.temperature == 0.2
+    assert "temperature must be between 0.0 and 2.0" in capsys.readouterr().err
+    r.command("/set")
+    assert "temperature = 0.2" in capsys.readouterr().out
+    r.command("/set colour blue")
+    assert "Usage: /set NAME VALUE" in capsys.readouterr().out
+
+
+def test_save_writes_the_conversation_whole(tmp_path: Path, capsys) -> None:
+    r = repl()
+    r.history.add("Hi", "Hello.")
+    target = tmp_path / "chat.json"
+    r.command(f"/save {target}")
+    saved = json.loads(target.read_text())
+    assert saved == {
+        "model": "fake-model",
+        "system": "Be brief.",
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello."},
+        ],
+    }
+    r.command(f"/save {tmp_path / 'missing' / 'dir' / 'x.json'}")  # made, as a file save does
+    r.command(f"/save {tmp_path}")  # a directory: an error line, no traceback, nothing lost
+    assert "could not write" in capsys.readouterr().err
+    assert target.exists()

@@ -15,6 +15,7 @@ import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -73,8 +74,8 @@ Examples:
   cat notes.md | llamactl chat "Summarise this"    # the pipe, then the prompt
   llamactl chat "Hi" --json | jq .text             # for scripts
 
-In the chat: /help, /system TEXT, /reset, /exit. Ctrl-C stops an answer; Ctrl-D, or Ctrl-C
-twice at the prompt, leaves.
+In the chat: /help, /system TEXT, /set NAME VALUE, /save FILE, /reset, /exit. Ctrl-C stops an
+answer; Ctrl-D, or Ctrl-C twice at the prompt, leaves.
 """
 
 _OUTPUT = "Output"
@@ -380,10 +381,27 @@ def answer_dict(answer: Answer, model_name: str) -> dict[str, Any]:
 REPL_HELP = """\
 /help            show this help
 /system TEXT     set the system prompt (without TEXT: show it)
+/set NAME VALUE  change a sampling setting: temperature (temp), top_p, top_k, min_p,
+                 seed, max_tokens (n), repeat_penalty, presence_penalty,
+                 frequency_penalty (without NAME: show them)
+/save FILE       write the conversation to FILE as JSON (model, system, messages)
 /reset           forget the conversation (the system prompt stays)
 /exit            leave (also /quit, Ctrl-D, or Ctrl-C twice at the prompt)
 \"\"\"              start or end a message of several lines
 Ctrl-C           stop the answer being written"""
+
+
+_SAMPLING_SETTINGS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "repeat_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+)
+_SET_ALIASES = {"temp": "temperature", "n": "max_tokens"}
 
 
 class Repl:
@@ -462,6 +480,10 @@ class Repl:
         elif name == "/reset":
             self.history.reset()
             self.note("Conversation cleared.")
+        elif name == "/set":
+            self.set(arg)
+        elif name == "/save":
+            self.save(arg)
         elif name == "/system":
             if arg:
                 self.history.system = arg
@@ -473,6 +495,53 @@ class Repl:
         else:
             self.note(f"Unknown command {name}; type /help for the list.")
         return True
+
+    def set(self, arg: str) -> None:
+        """`/set NAME VALUE`: a sampling setting for the next answers, checked by the settings'
+        own bounds; `/set` alone lists them."""
+        s, limit = self.options.sampling, self.options.max_tokens
+        if not arg:
+            shown = [f"{name} = {getattr(s, name)}" for name in _SAMPLING_SETTINGS]
+            shown.append(f"max_tokens = {'none' if limit is None else limit}")
+            self.note(", ".join(shown))
+            return
+        name, _, value = arg.partition(" ")
+        name = _SET_ALIASES.get(name, name)
+        if name not in (*_SAMPLING_SETTINGS, "max_tokens") or not value.strip():
+            self.note("Usage: /set NAME VALUE (/set alone lists the names)")
+            return
+        try:
+            checked = getattr(load_settings({name: value.strip()}), name)
+        except LlamactlError as e:
+            print_error(str(e))
+            return
+        if name == "max_tokens":
+            self.options = dataclasses.replace(self.options, max_tokens=checked)
+        else:
+            sampling = dataclasses.replace(s, **{name: checked})
+            self.options = dataclasses.replace(self.options, sampling=sampling)
+        self.note(f"{name} = {checked}")
+
+    def save(self, arg: str) -> None:
+        """`/save FILE`: the conversation as JSON, written whole or not at all."""
+        if not arg:
+            self.note("Usage: /save FILE")
+            return
+        from llamactl.core.files import atomic_output
+
+        path = Path(arg).expanduser()
+        record = {
+            "model": self.loaded.name,
+            "system": self.history.system,
+            "messages": self.history.turns,
+        }
+        try:
+            with atomic_output(path) as f:
+                f.write(json.dumps(record, indent=2, ensure_ascii=False).encode() + b"\n")
+        except OSError as e:
+            print_error(f"could not write {path}: {e.strerror or e}")
+            return
+        self.note(f"Saved {len(self.history.turns) // 2} turns to {path}.")
 
     def turn(self, question: str) -> None:
         try:
