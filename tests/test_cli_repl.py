@@ -17,6 +17,8 @@ import sys
 import termios
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -195,8 +197,16 @@ def test_exit_command_and_history_file(chat, isolated_dirs) -> None:
     assert "/exit" in history.read_text()
 
 
+def hint_marker(dirs: Any) -> Path:
+    """Where chat notes that the embedded model's first-run hint was shown."""
+    return Path(dirs.state_home) / "llamactl" / "embedded-model-hint-shown"
+
+
 @pytest.fixture
-def terminal_env(isolated_dirs: object) -> dict[str, str]:
+def terminal_env(isolated_dirs: Any) -> dict[str, str]:
+    # the embedded model's first-run hint was shown (its own test removes the marker)
+    hint_marker(isolated_dirs).parent.mkdir(parents=True, exist_ok=True)
+    hint_marker(isolated_dirs).touch()
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "LINES")}
     env["TERM"] = "xterm-256color"
     return env
@@ -217,8 +227,9 @@ def test_one_shot_at_a_terminal_renders_and_exits(terminal_env: dict[str, str]) 
 
 
 def test_the_first_chat_with_the_embedded_model_says_what_it_is_once(
-    terminal_env: dict[str, str],
+    terminal_env: dict[str, str], isolated_dirs: Any
 ) -> None:
+    hint_marker(isolated_dirs).unlink()
     hints = []
     for _ in range(2):
         term = Terminal(["chat", "Hi", "--temp", "0", "-n", "2"], terminal_env)

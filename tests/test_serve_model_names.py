@@ -50,9 +50,10 @@ def test_every_family_answers_with_the_name_it_was_asked_for(server, path, body)
     """One rule (server/common.py check_model): the client's name, else the server's."""
     got = httpx.post(server.url + path, json=body, timeout=60).json()
     assert got["model"] == body["model"]
-    nameless = {k: v for k, v in body.items() if k != "model"}
-    got = httpx.post(server.url + path, json=nameless, timeout=60).json()
-    assert got["model"] == server.state.model_id
+    if path != "/v1/messages":  # Anthropic's API requires a name
+        nameless = {k: v for k, v in body.items() if k != "model"}
+        got = httpx.post(server.url + path, json=nameless, timeout=60).json()
+        assert got["model"] == server.state.model_id
 
 
 def test_the_chat_answer_names_the_model_asked_for(server) -> None:

@@ -166,7 +166,7 @@ def hint_embedded_model(source: str) -> None:
     is and how to get a real one; never in a pipe, never twice (a marker in the state dir)."""
     if source != "embedded" or not is_tty(sys.stderr):
         return
-    from llamactl.core.paths import state_dir
+    from llamactl import state_dir
 
     marker = state_dir() / "embedded-model-hint-shown"
     if marker.exists():
@@ -527,7 +527,7 @@ class Repl:
         if not arg:
             self.note("Usage: /save FILE")
             return
-        from llamactl.core.files import atomic_output
+        from llamactl import atomic_output
 
         path = Path(arg).expanduser()
         record = {
