@@ -66,14 +66,19 @@ def _option_type(name: str) -> Any:
     raise TypeError(f"setting {name!r} has no command-line form for {hint!r}")
 
 
+def _option_names(command: str, name: str, flag: Flag) -> list[str]:
+    """The option strings a setting has on `command`: its long name, aliases and short one."""
+    names = [flag.long or "--" + name.replace("_", "-"), *flag.aliases]
+    if flag.short and command not in flag.no_short:
+        names.append(flag.short)
+    return names
+
+
 def _parameter(command: str, name: str, flag: Flag) -> inspect.Parameter:
     kind = _option_type(name)
-    long = flag.long or "--" + name.replace("_", "-")
+    decls = _option_names(command, name, flag)
     if kind is bool and flag.negatable:
-        long = f"{long}/--no-{long[2:]}"
-    decls = [long, *flag.aliases]
-    if flag.short and command not in flag.no_short:
-        decls.append(flag.short)
+        decls[0] = f"{decls[0]}/--no-{decls[0][2:]}"
     if flag.repeatable:
         kind = list[str]
     option = typer.Option(
@@ -167,10 +172,7 @@ def _bare_values(command: str) -> dict[str, str]:
         flag = _flag(name)
         if flag is None or flag.bare_value is None or command not in flag.commands:
             continue
-        names = [flag.long or "--" + name.replace("_", "-"), *flag.aliases]
-        if flag.short and command not in flag.no_short:
-            names.append(flag.short)
-        out.update(dict.fromkeys(names, flag.bare_value))
+        out.update(dict.fromkeys(_option_names(command, name, flag), flag.bare_value))
     return out
 
 
