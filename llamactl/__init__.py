@@ -25,6 +25,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "llamactl.core.gguf_info": ("GGUFInfo", "read_gguf_info"),
     "llamactl.core.paths": ("cache_dir", "state_dir"),
     "llamactl.core.repetition": ("REPEATING_NOTE", "RepetitionGuard"),
+    "llamactl.core.version": ("installed_version",),
     "llamactl.engine": tuple(_engine.__all__),
 }
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from llamactl.core.gguf_info import GGUFInfo, read_gguf_info
     from llamactl.core.paths import cache_dir, state_dir
     from llamactl.core.repetition import REPEATING_NOTE, RepetitionGuard
+    from llamactl.core.version import installed_version
     from llamactl.engine import *  # noqa: F403
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
@@ -47,6 +49,7 @@ __all__ = [
     "RepetitionGuard",
     "atomic_output",
     "cache_dir",
+    "installed_version",
     "open_regular",
     "read_gguf_info",
     "state_dir",

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+from llamactl import installed_version
 
 __all__ = ["server_version"]
 
-
-def server_version() -> str:
-    try:
-        return version("llamactl")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "0.0.0"
+server_version = installed_version

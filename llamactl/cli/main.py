@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import os
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup, TyperOption
 
-from llamactl import EXIT_FAILURE, LlamactlError
+from llamactl import EXIT_FAILURE, LlamactlError, installed_version
 from llamactl.cli import (
     chat,
     convert,
@@ -91,16 +90,11 @@ app = typer.Typer(
 )
 
 
-def package_version() -> str:
-    try:
-        return version("llamactl")
-    except PackageNotFoundError:  # running from a source tree that was never installed
-        return "unknown"
 
 
 def _print_version(value: bool) -> None:
     if value:
-        typer.echo(f"llamactl {package_version()}")
+        typer.echo(f"llamactl {installed_version()}")
         raise typer.Exit()
 
 

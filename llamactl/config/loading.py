@@ -205,9 +205,24 @@ def env_names(name: str) -> list[str]:
     ]
 
 
+def _check_env_spelling() -> None:
+    """A LLAMACTL_* variable one typo away from a setting's is an error naming the right one
+    (as an unknown config key is); unrelated LLAMACTL_* variables stay ignored."""
+    known = {ENV_PREFIX + n.upper() for n in (*SETTING_NAMES, *KEY_ALIASES)}
+    for var in sorted(os.environ):
+        if not var.startswith(ENV_PREFIX) or var in known:
+            continue
+        close = difflib.get_close_matches(var, sorted(known), n=1, cutoff=0.9)
+        if close:
+            raise ConfigError(
+                f"environment variable {var} is not a setting; did you mean {close[0]}?"
+            )
+
+
 def _read_env() -> Layer:
     """LLAMACTL_<NAME> for every setting except `aliases` (else llama-server's LLAMA_ARG_*
     name, `LLAMA_SERVER_ENV`); empty variables count as unset."""
+    _check_env_spelling()
     values: Layer = {}
     for name in SETTING_NAMES:
         if name == "aliases":

