@@ -72,7 +72,7 @@ def test_the_prompt_is_llama_servers(fim, extra) -> None:
         model.tokenize(PROMPT, add_special=False, parse_special=True),
         n_batch=settings.batch_size,
         n_predict=-1,
-        n_ctx=fim.state.engine.n_ctx_seq,
+        n_ctx=fim.state.engine.n_ctx_slot,
     )
     assert built == want
 

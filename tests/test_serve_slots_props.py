@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from processkit import serve
+from processkit import ServeProcess, serve
 from serverkit import LiveServer, free_port, run_server
 
 MODEL_FIXTURES = {"two_slots"}
@@ -30,6 +30,11 @@ def slots(live: LiveServer, **params: str) -> httpx.Response:
     return httpx.get(live.url + "/slots", params=params, timeout=30)
 
 
+def model_meta(live: LiveServer | ServeProcess) -> dict:
+    [model] = httpx.get(live.url + "/v1/models", timeout=30).json()["data"]
+    return model["meta"]
+
+
 def chat(live: LiveServer, content: str, **extra: object) -> dict:
     body = {"messages": [{"role": "user", "content": content}], "temperature": 0, **extra}
     r = httpx.post(live.v1 + "/chat/completions", json=body, timeout=120)
@@ -40,7 +45,9 @@ def chat(live: LiveServer, content: str, **extra: object) -> dict:
 def test_slots_before_and_after_a_job(two_slots) -> None:
     fresh = slots(two_slots).json()
     assert [s["id"] for s in fresh] == [0, 1]
-    assert all(s["n_ctx"] == 512 and s["is_processing"] is False for s in fresh)
+    slot_size = model_meta(two_slots)["n_ctx_slot"]  # one number in /slots, /props, /v1/models
+    assert 511 <= slot_size <= 512  # 1024 / 2, less a cell held for a companion row
+    assert all(s["n_ctx"] == slot_size and s["is_processing"] is False for s in fresh)
     assert all("params" not in s for s in fresh)  # no job yet, as llama-server answers
 
     answer = chat(two_slots, "Name a color.", max_tokens=8, seed=7)
@@ -97,7 +104,7 @@ def test_props_report_the_servers_defaults(two_slots) -> None:
     props = httpx.get(two_slots.url + "/props", timeout=30).json()
     assert props["total_slots"] == 2 and props["model_path"].endswith(".gguf")
     defaults = props["default_generation_settings"]
-    assert defaults["n_ctx"] == 512
+    assert defaults["n_ctx"] == model_meta(two_slots)["n_ctx_slot"]
     assert defaults["params"]["seed"] == 42 and defaults["params"]["temperature"] == 0.5
     assert defaults["params"]["n_predict"] == 64
     assert "<|im_start|>" in props["chat_template"]
@@ -170,7 +177,7 @@ def test_llama_server_command_lines_are_taken(tmp_path: Path) -> None:
         params = props["default_generation_settings"]["params"]
         assert (params["temperature"], params["seed"], params["n_predict"]) == (0.8, 42, 64)
         assert params["top_k"] == 30 and props["total_slots"] == 2
-        assert props["default_generation_settings"]["n_ctx"] == 256
+        assert props["default_generation_settings"]["n_ctx"] == model_meta(live)["n_ctx_slot"]
         assert props["model_alias"] == "code"  # the first alias in sorted order, as llama-server
         assert httpx.get(live.url + "/slots", timeout=30).status_code == 501
         [model] = httpx.get(live.url + "/v1/models", timeout=30).json()["data"]

@@ -265,7 +265,7 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
     def slots_info(self) -> list[SlotInfo]:
         """Each slot's state and its current or last job (`/slots`); safe from any thread."""
         speculative = bool(self.speculators)
-        return [slot.info(self.n_ctx_seq, speculative) for slot in self._slots]
+        return [slot.info(self.n_ctx_slot, speculative) for slot in self._slots]
 
     # ------------------------------------------------------------ KV to and from disk
     def persist_cache(self) -> int:

@@ -102,7 +102,6 @@ def model_entry(rs: RouterState, state: ModelState) -> dict[str, Any]:
             "architecture": spec.architecture,
             "n_ctx_train": spec.context_length,
             "size": spec.size_bytes,
-            "capabilities": list(spec.capabilities),
         },
     }
     child = state.child

@@ -35,7 +35,6 @@ def list_models(request: Request) -> dict:
             "n_params": info.n_params,
             "n_vocab": info.n_vocab,
             "size": info.size_bytes,
-            "capabilities": list(info.capabilities),
         },
     }
     projector = projector_capabilities(state)

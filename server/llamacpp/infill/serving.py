@@ -36,6 +36,6 @@ def start(state: ServerState, body: InfillRequest) -> completion.NativeJob:
         model.tokenize(body.prompt, add_special=False, parse_special=True),
         n_batch=state.settings.batch_size,
         n_predict=max_tokens if max_tokens is not None else -1,
-        n_ctx=engine.n_ctx_seq,
+        n_ctx=engine.n_ctx_slot,
     )
     return completion.start_prompts(state, body, [tokens], listed=False)

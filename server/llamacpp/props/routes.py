@@ -30,7 +30,7 @@ def props_of(state: ServerState) -> dict[str, Any]:
     return {
         "default_generation_settings": {
             "params": params,
-            "n_ctx": engine.n_ctx_seq,  # the slot's size, as llama-server reports it
+            "n_ctx": engine.n_ctx_slot,  # what a slot holds: prompt and answer (/slots, /v1/models)
         },
         "total_slots": engine.config.n_parallel,
         "model_alias": state.model_id,
