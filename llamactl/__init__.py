@@ -23,6 +23,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "llamactl.core.errors": tuple(_errors.__all__),
     "llamactl.core.files": ("atomic_output", "open_regular"),
     "llamactl.core.gguf_info": ("GGUFInfo", "read_gguf_info"),
+    "llamactl.core.memory": ("resident_bytes",),
     "llamactl.core.paths": ("cache_dir", "state_dir"),
     "llamactl.core.repetition": ("REPEATING_NOTE", "RepetitionGuard"),
     "llamactl.core.version": ("installed_version",),
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from llamactl.core.errors import *  # noqa: F403
     from llamactl.core.files import atomic_output, open_regular
     from llamactl.core.gguf_info import GGUFInfo, read_gguf_info
+    from llamactl.core.memory import resident_bytes
     from llamactl.core.paths import cache_dir, state_dir
     from llamactl.core.repetition import REPEATING_NOTE, RepetitionGuard
     from llamactl.core.version import installed_version
@@ -52,6 +54,7 @@ __all__ = [
     "installed_version",
     "open_regular",
     "read_gguf_info",
+    "resident_bytes",
     "state_dir",
 ]
 __all__ += _errors.__all__

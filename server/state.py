@@ -104,6 +104,9 @@ class ServerState:
             lambda: open_speech(settings), Synthesizer.close, remembered=(CannotSpeakError,)
         )
         self.load_error: str | None = None
+        self.loaded_at: float | None = None  # wall clock, once the model is in
+        self.load_seconds: float | None = None
+        self.last_used = time.monotonic()  # a completion began or ended (`ps` idle time)
         # called (on the loading thread) with the error when the model cannot load; `serve`
         # stops then and exits 1, as llama-server does, rather than answering 503 for ever
         self.on_load_failure: Callable[[str], None] | None = None
@@ -135,10 +138,12 @@ class ServerState:
         try:
             t0 = time.perf_counter()
             self._install(self._load_services())
+            self.load_seconds = time.perf_counter() - t0
+            self.loaded_at = time.time()
             log.info(
                 "model %s ready in %.1f s%s",
                 self.model_id,
-                time.perf_counter() - t0,
+                self.load_seconds,
                 self._context_note(),
             )
         except Exception as exc:  # surfaced by /health and every route
@@ -280,6 +285,7 @@ class ServerState:
     def register(self, completion_id: str, stream: ChatStream) -> None:
         with self._live_lock:
             self._live.setdefault(completion_id, []).append(stream)
+            self.last_used = time.monotonic()
 
     def unregister(self, completion_id: str, stream: ChatStream) -> None:
         with self._live_lock:
@@ -288,6 +294,12 @@ class ServerState:
                 streams.remove(stream)
                 if not streams:
                     del self._live[completion_id]
+            self.last_used = time.monotonic()
+
+    def in_flight(self) -> int:
+        """Completions streaming now."""
+        with self._live_lock:
+            return sum(len(streams) for streams in self._live.values())
 
     def live(self, completion_id: str) -> list[ChatStream]:
         with self._live_lock:

@@ -20,7 +20,9 @@ from llamactl.server.app import create_app
 from llamactl.server.state import ServerState, _default_engine
 from serverkit import LiveServer, hermetic_settings, run_server
 from starlette.testclient import TestClient
+from typer.testing import CliRunner
 
+from llamactl.cli.main import app as cli_app
 from llamactl.models import embedded_model_path
 
 MODEL_FIXTURES = {"small"}  # fixtures that load a model: users are slow
@@ -84,7 +86,9 @@ def test_models_shape_with_alias(small: LiveServer) -> None:
     assert model["architecture"] == {"input_modalities": ["text"], "output_modalities": ["text"]}
     assert model["capabilities"] == ["text", "audio_in", "audio_out"]
     assert meta["n_ctx_slot"] > 0 and meta["n_vocab"] > 0 and meta["size"] > 0
-    assert httpx.get(small.url + "/models", timeout=10).json() == body
+    other = httpx.get(small.url + "/models", timeout=10).json()
+    assert other["data"][0].pop("runtime").keys() == model.pop("runtime").keys()
+    assert other == body
     # the alias is a name requests may use
     r = httpx.post(
         small.v1 + "/chat/completions",
@@ -352,3 +356,16 @@ def test_metrics_under_llama_servers_names(small: LiveServer) -> None:
     assert values["llamacpp:n_tokens_max"] >= answer["usage"]["total_tokens"]
     assert values["llamacpp:requests_processing"] == 0
     assert 0 < values["llamacpp:n_busy_slots_per_decode"] <= 1  # one slot
+
+
+def test_ps_shows_the_single_model_servers_process(small: LiveServer) -> None:
+    """`llamactl ps` on a single-model server: its pid, memory and slots, as a router's child."""
+    result = CliRunner().invoke(cli_app, ["ps", "--url", small.url, "--json"])
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.output)
+    assert row["name"] == "tiny-model" and row["status"] == "loaded"
+    assert row["pid"] > 0 and row["memory_bytes"] > 0
+    assert row["slots_total"] == small.state.engine.config.n_parallel
+    assert row["idle_seconds"] >= 0
+    table = CliRunner().invoke(cli_app, ["ps", "--url", small.url]).output
+    assert "MiB" in table and f"0/{row['slots_total']}" in table

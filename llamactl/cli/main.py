@@ -90,8 +90,6 @@ app = typer.Typer(
 )
 
 
-
-
 def _print_version(value: bool) -> None:
     if value:
         typer.echo(f"llamactl {installed_version()}")

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 
 import httpx
 
-from llamactl import ChildFailedError
+from llamactl import ChildFailedError, resident_bytes
 
 from .listener import ChildListener
 from .proof import check_child
@@ -162,16 +162,7 @@ class ChildProcess:
 
     def rss_bytes(self) -> int | None:
         """Resident memory of the child (Linux /proc), None where unknown."""
-        if not self.alive:
-            return None
-        try:
-            with open(f"/proc/{self.pid}/status", encoding="ascii", errors="replace") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) * 1024
-        except (OSError, ValueError, IndexError):
-            return None
-        return None
+        return resident_bytes(self.pid) if self.alive else None
 
     def exit_message(self) -> str:
         """Why the child ended: its exit status and its last error line."""

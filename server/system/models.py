@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request
+
+from llamactl import DecisionEngine, Engine, resident_bytes
 
 from ..capabilities import architecture, served_capabilities
 from ..state import ServerState
@@ -40,7 +44,25 @@ def list_models(request: Request) -> dict:
     projector = projector_capabilities(state)
     entry["capabilities"] = served_capabilities(info.capabilities, projector)
     entry["architecture"] = architecture(info.capabilities, projector)
+    entry["runtime"] = runtime(state, engine)
     return {"object": "list", "data": [entry]}
+
+
+def runtime(state: ServerState, engine: Engine | DecisionEngine) -> dict[str, Any]:
+    """This process as the router reports each child (`llamactl ps` reads the same keys); a
+    decision model's slots are its tasks' and not shown."""
+    slots = engine.slots_info() if isinstance(engine, Engine) else []
+    return {
+        "pid": os.getpid(),
+        "port": state.settings.port,
+        "memory_bytes": resident_bytes(os.getpid()),
+        "slots_total": len(slots) or None,
+        "slots_busy": sum(slot.busy for slot in slots),
+        "requests": state.in_flight(),
+        "loaded_at": int(state.loaded_at or 0),
+        "load_seconds": round(state.load_seconds or 0.0, 3),
+        "idle_seconds": round(time.monotonic() - state.last_used, 1),
+    }
 
 
 def projector_capabilities(state: ServerState) -> tuple[str, ...]:
