@@ -228,8 +228,15 @@ def test_help_has_examples() -> None:
     assert "--top-p" in every and "--top-k" in every and "--dry-multiplier" in every
 
 
-@pytest.mark.parametrize("command", ["chat", "serve"])
-@pytest.mark.parametrize("flag", ["--help", "--help-all"])
+EVERY_COMMAND = [
+    *(("chat", f) for f in ("--help", "--help-all")),
+    *(("serve", f) for f in ("--help", "--help-all")),
+    *((c, "--help") for c in ("transcribe", "tts", "score", "convert", "pull", "quantize")),
+    *((c, "--help") for c in ("models", "ps", "stop", "tui")),
+]
+
+
+@pytest.mark.parametrize(("command", "flag"), EVERY_COMMAND)
 def test_help_fits_80_columns_and_cuts_no_name(command: str, flag: str) -> None:
     """Plain text at 80 columns: no line wider, every option's name whole; --help fits a
     screen or two, --help-all has everything."""
@@ -241,10 +248,16 @@ def test_help_fits_80_columns_and_cuts_no_name(command: str, flag: str) -> None:
     if flag == "--help":
         assert len(lines) <= 90
     names = re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", result.stdout)
-    command_obj = typer.main.get_command(app).commands[command]
-    known = {o for p in command_obj.params for o in (*p.opts, *getattr(p, "secondary_opts", ()))}
+    commands = typer.main.get_command(app).commands.values()  # help may name another's flag
+    params = [p for c in commands for p in c.params]
+    known = {o for p in params for o in (*p.opts, *getattr(p, "secondary_opts", ()))}
     known |= {"--help", "--usage"}
     assert set(names) <= known  # a cut name ("--chat-template-f") would not be an option
+    usage = lines[0]  # one style: MODEL when required, [PROMPT] when not
+    assert usage.startswith(f"Usage: llamactl {command} [OPTIONS]") and "{" not in usage
+    assert usage == usage.upper().replace("USAGE: LLAMACTL", "Usage: llamactl").replace(
+        command.upper(), command, 1
+    )
 
 
 def test_missing_model_is_one_clean_error() -> None:

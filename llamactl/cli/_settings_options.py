@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
-from typer.core import TyperCommand
 
+from llamactl.cli._help import PlainHelpCommand
 from llamactl.config import Flag, setting_fields
 from llamactl.config.fields import SERVE
 
@@ -204,7 +204,7 @@ def _help_all_parameter() -> inspect.Parameter:
 _HELP_ALL_PARAM = "help_all"
 
 
-class SettingsCommand(TyperCommand):
+class SettingsCommand(PlainHelpCommand):
     """A command whose options may be given without their value where llama.cpp allows it
     (`-fa` alone is `-fa on`): the value is put in before click parses the line.
 
@@ -212,33 +212,15 @@ class SettingsCommand(TyperCommand):
     each topic under its heading, and a line naming `--help-all` for the rest. It is written
     as plain text, so no option's name is ever cut, whatever the terminal's width."""
 
-    def format_help(self, ctx: Any, formatter: Any) -> None:
-        super(TyperCommand, self).format_help(ctx, formatter)  # click's, not rich's table
+    def shown(self, ctx: Any, param: Any) -> bool:
+        flag = _flag(param.name) if param.name in setting_fields() else None
+        return flag is None or flag.common or bool(ctx.meta.get(HELP_ALL))
 
-    def format_options(self, ctx: Any, formatter: Any) -> None:
-        every = bool(ctx.meta.get(HELP_ALL))
-        settings = {name: flag for name in setting_fields() if (flag := _flag(name)) is not None}
-        panels: dict[str, list[tuple[str, str]]] = {}
-        left = 0
-        for param in self.get_params(ctx):
-            record = param.get_help_record(ctx)
-            if record is None:
-                continue
-            flag = settings.get(param.name or "")
-            if flag is not None and not flag.common and not every:
-                left += 1
-                continue
-            panel = getattr(param, "rich_help_panel", None) or "Options"
-            panels.setdefault(panel, []).append(record)
-        for title, rows in panels.items():
-            with formatter.section(title):
-                _write_rows(formatter, rows)
-        if left:
-            formatter.write_paragraph()
-            formatter.write_text(
-                f"{left} more options (prompt cache, speculation, LoRA, limits, GPU, "
-                f"llama-server names...): llamactl {self.name} --help-all"
-            )
+    def hidden_note(self, hidden: int) -> str | None:
+        return (
+            f"{hidden} more options (prompt cache, speculation, LoRA, limits, GPU, "
+            f"llama-server names...): llamactl {self.name} --help-all"
+        )
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         bare = _bare_values(self.name or "")
@@ -252,28 +234,6 @@ class SettingsCommand(TyperCommand):
             if arg in bare and (following is None or following.startswith("-")):
                 out.append(bare[arg])
         return super().parse_args(ctx, out)
-
-
-def _write_rows(formatter: Any, rows: list[tuple[str, str]], name_max: int = 30) -> None:
-    """click's two-column option list, wrapped without ever breaking a word at a hyphen
-    (click's wrapper would print `--log-` at a line's end and `file` on the next)."""
-    import textwrap
-
-    width = max(formatter.width - formatter.current_indent, 40)
-    first = min(max((len(name) for name, _ in rows), default=0), name_max)
-    help_width = max(width - first - 2, 20)
-    wrapper = textwrap.TextWrapper(width=help_width, break_on_hyphens=False, break_long_words=False)
-    pad = " " * formatter.current_indent
-    for name, text in rows:
-        lines = wrapper.wrap(" ".join(text.split())) or [""]
-        if len(name) <= first:
-            formatter.write(f"{pad}{name.ljust(first)}  {lines[0]}".rstrip() + "\n")
-            rest = lines[1:]
-        else:  # a long name: its help starts on the next line
-            formatter.write(f"{pad}{name}\n")
-            rest = lines
-        for line in rest:
-            formatter.write(f"{pad}{' ' * (first + 2)}{line}\n")
 
 
 def _joined(value: Any) -> Any:

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llamactl import ConvertError
+from llamactl.cli._help import PlainHelpCommand
 from llamactl.cli._output import human_size, stderr_console, stdout_console
 from llamactl.cli._quantize import QUANT_OUTTYPES, quantize_file
 
@@ -29,16 +30,14 @@ checkpoint given with --base. q4_0, q4_k_m and q5_k_m are written as f16 first, 
 by llama.cpp. The file is written atomically: an interrupted conversion leaves nothing behind.
 """
 
-EPILOG = """**Examples**
-
-```
-llamactl convert --example /tmp/ex                               # tiny checkpoints to try
-llamactl convert /tmp/ex/llama --outfile llama-q4_k_m.gguf --outtype q4_k_m
-llamactl convert ./d1-3B --outfile d1-3B-f16.gguf
-llamactl convert ./d1-3B --outfile d1-3B.gguf --mmproj         # writes mmproj-d1-3B.gguf
-llamactl convert ./lev --base ./Qwen3.5-4B --outfile lev-q8_0.gguf --outtype q8_0
-llamactl convert ./openjev --outfile x.gguf --dry-run            # the tensor map, nothing written
-```
+EPILOG = """\b
+Examples:
+  llamactl convert --example /tmp/ex           # tiny checkpoints to try
+  llamactl convert /tmp/ex/llama --outfile llama-q4.gguf --outtype q4_k_m
+  llamactl convert ./d1-3B --outfile d1-3B-f16.gguf
+  llamactl convert ./d1-3B --outfile d1-3B.gguf --mmproj  # + its mmproj
+  llamactl convert ./lev --base ./Qwen3.5-4B --outfile lev.gguf --outtype q8_0
+  llamactl convert ./openjev --outfile x.gguf --dry-run  # tensor map only
 """
 
 NATIVE_OUTTYPES = ("f32", "f16", "bf16", "q8_0")  # written by the converter itself
@@ -46,7 +45,7 @@ OUTTYPES = (*NATIVE_OUTTYPES, *(t for t in QUANT_OUTTYPES if t not in NATIVE_OUT
 
 
 def register(app: typer.Typer) -> None:
-    app.command("convert", help=HELP, epilog=EPILOG)(convert_command)
+    app.command("convert", help=HELP, epilog=EPILOG, cls=PlainHelpCommand)(convert_command)
 
 
 def _complete_outtype(incomplete: str) -> list[str]:

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llamactl import ModelNotFoundError
+from llamactl.cli._help import PlainHelpCommand
 from llamactl.cli._output import human_size, stdout_console
 from llamactl.config import Settings, load_settings
 from llamactl.models import ModelEntry, is_projector, list_models, resolve_model
@@ -25,18 +26,16 @@ models directory, with what their headers say (no model is loaded). The default 
 when no --model is given, is marked with *.
 """
 
-EPILOG = """**Examples**
-
-```
-llamactl models                          # a table
-llamactl models --models-dir ~/gguf      # look somewhere else
-llamactl models --json | jq -r '.[].name'
-```
+EPILOG = """\b
+Examples:
+  llamactl models                          # a table
+  llamactl models --models-dir ~/gguf      # look somewhere else
+  llamactl models --json | jq -r '.[].name'
 """
 
 
 def register(app: typer.Typer) -> None:
-    app.command("models", help=HELP, epilog=EPILOG)(models_command)
+    app.command("models", help=HELP, epilog=EPILOG, cls=PlainHelpCommand)(models_command)
 
 
 def models_command(

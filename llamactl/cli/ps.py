@@ -15,6 +15,7 @@ from rich.console import JustifyMethod
 from rich.table import Table
 
 from llamactl import ServerError
+from llamactl.cli._help import PlainHelpCommand
 from llamactl.cli._output import human_size, stdout_console
 
 PS_HELP = """Show the models loaded in a running server: status, memory, busy slots.
@@ -22,21 +23,17 @@ PS_HELP = """Show the models loaded in a running server: status, memory, busy sl
 A router (`serve --models-dir/--models-preset`) lists each model's child process; a
 single-model server lists its one model.
 """
-PS_EPILOG = """**Examples**
-
-```
-llamactl ps                          # the server in your settings
-llamactl ps --url http://box:8080 -a # unloaded and failed models too
-llamactl ps --json | jq -r '.[].name'
-```
+PS_EPILOG = """\b
+Examples:
+  llamactl ps                          # the server in your settings
+  llamactl ps --url http://box:8080 -a # unloaded and failed models too
+  llamactl ps --json | jq -r '.[].name'
 """
 STOP_HELP = "Unload a model from a running router: its child process stops."
-STOP_EPILOG = """**Examples**
-
-```
-llamactl stop qwen3-4b
-llamactl stop small --url http://127.0.0.1:9000
-```
+STOP_EPILOG = """\b
+Examples:
+  llamactl stop qwen3-4b
+  llamactl stop small --url http://127.0.0.1:9000
 """
 
 UrlOption = Annotated[
@@ -51,8 +48,8 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 
 def register(app: typer.Typer) -> None:
-    app.command("ps", help=PS_HELP, epilog=PS_EPILOG)(ps_command)
-    app.command("stop", help=STOP_HELP, epilog=STOP_EPILOG)(stop_command)
+    app.command("ps", help=PS_HELP, epilog=PS_EPILOG, cls=PlainHelpCommand)(ps_command)
+    app.command("stop", help=STOP_HELP, epilog=STOP_EPILOG, cls=PlainHelpCommand)(stop_command)
 
 
 def ps_command(

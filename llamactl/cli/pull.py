@@ -18,6 +18,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from llamactl.cli._help import PlainHelpCommand
 from llamactl.cli._output import human_size, is_tty, stderr_console, stdout_console
 from llamactl.config import load_settings
 from llamactl.hub import hub_endpoint, parse_ref, pull
@@ -32,18 +33,16 @@ hub lists. Files land in MODELS_DIR/OWNER/REPO/, so `--model OWNER/REPO/FILE` (w
 gated or private repos.
 """
 
-EPILOG = """**Examples**
-
-```
-llamactl pull bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M
-llamactl pull ggml-org/gemma-3-270m-it-GGUF:gemma-3-270m-it-Q8_0.gguf
-llamactl pull Qwen/Qwen3-0.6B-GGUF --models-dir ~/gguf --json
-```
+EPILOG = """\b
+Examples:
+  llamactl pull bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M
+  llamactl pull ggml-org/gemma-3-270m-it-GGUF:gemma-3-270m-it-Q8_0.gguf
+  llamactl pull Qwen/Qwen3-0.6B-GGUF --models-dir ~/gguf --json
 """
 
 
 def register(app: typer.Typer) -> None:
-    app.command("pull", help=HELP, epilog=EPILOG)(pull_command)
+    app.command("pull", help=HELP, epilog=EPILOG, cls=PlainHelpCommand)(pull_command)
 
 
 def pull_command(

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from llamactl.cli._help import PlainHelpCommand
 from llamactl.cli._output import human_size, stderr_console, stdout_console
 from llamactl.cli._quantize import QUANT_OUTTYPES, llama_type, quantize_file
 
@@ -20,16 +21,14 @@ Q8_0). OUT is written atomically: an interrupted run leaves no file behind.
 """
 )
 
-EPILOG = """**Examples**
-
-```
-llamactl quantize llama-f16.gguf llama-q4_k_m.gguf q4_k_m
-```
+EPILOG = """\b
+Examples:
+  llamactl quantize llama-f16.gguf llama-q4_k_m.gguf q4_k_m
 """
 
 
 def register(app: typer.Typer) -> None:
-    app.command("quantize", help=HELP, epilog=EPILOG)(quantize_command)
+    app.command("quantize", help=HELP, epilog=EPILOG, cls=PlainHelpCommand)(quantize_command)
 
 
 def _complete_type(incomplete: str) -> list[str]:

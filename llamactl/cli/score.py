@@ -18,6 +18,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from llamactl.cli._help import PlainHelpCommand
 from llamactl.cli._output import stderr_console, stdout_console, usage_error
 from llamactl.cli._settings_options import default_text
 from llamactl.config import load_settings
@@ -30,18 +31,18 @@ Each --question is `ID:TYPE:INSTRUCTIONS[:CRITERIA]`: TYPE is choice (CRITERIA: 
 ends in .json; `@-` reads stdin). Or give the whole /v1/systemone body with --request.
 """
 
-EPILOG = """**Examples**
-
-```
-llamactl score -m d1-3B.gguf --state 'I was charged twice!' \\
-    --question 'route:choice:Which team handles this?:billing,shipping,technical' \\
-    --question 'urgency:score:How urgent is it?:can wait,today,right now' \\
-    --question 'angry:noul:Is the customer angry?'
-llamactl score -m openjev.gguf --state @ticket.json --question 'ok:noul:Is it spam?' --json
-llamactl score -m minicpm-ocr-jev.gguf --state 'Total: 42.00' --image receipt.png \\
-    --question 'match:noul:Does the text match the image?'
-llamactl score -m lev.gguf --request body.json
-```
+EPILOG = """\b
+Examples:
+  llamactl score -m d1-3B.gguf --state 'I was charged twice!' \\
+      --question 'route:choice:Which team?:billing,shipping,technical' \\
+      --question 'urgency:score:How urgent is it?:can wait,today,right now' \\
+      --question 'angry:noul:Is the customer angry?'
+  llamactl score -m openjev.gguf --state @ticket.json \\
+      --question 'ok:noul:Is it spam?' --json
+  llamactl score -m minicpm-ocr-jev.gguf --state 'Total: 42.00' \\
+      --image receipt.png \\
+      --question 'match:noul:Does the text match the image?'
+  llamactl score -m lev.gguf --request body.json
 """
 
 _INPUT = "Input"
@@ -51,7 +52,7 @@ NOUL_KEYS = {"yes": "true", "true": "true", "no": "false", "false": "false"}
 
 
 def register(app: typer.Typer) -> None:
-    app.command("score", help=HELP, epilog=EPILOG)(score_command)
+    app.command("score", help=HELP, epilog=EPILOG, cls=PlainHelpCommand)(score_command)
 
 
 def score_command(

@@ -25,6 +25,7 @@ import typer
 
 from llamactl import EXIT_INTERRUPTED, LlamactlError
 from llamactl.cli._devices import print_input_devices
+from llamactl.cli._help import PlainHelpCommand
 from llamactl.cli._output import color_enabled, is_tty, print_error, print_note
 from llamactl.cli._settings_options import setting_help
 from llamactl.cli._turns import EAGERNESS_HELP, TURN_HELP, Eagerness, TurnMode
@@ -40,16 +41,14 @@ spoken updates in place. The embedded Whisper tiny.en model runs in-process unle
 points at a running `llamactl serve`, whose /v1/realtime session then does the work.
 """
 
-EPILOG = """**Examples**
-
-```
-llamactl transcribe meeting.wav                 # one line per utterance
-llamactl transcribe talk.mp3 --json | jq .text  # {"start", "end", "text"} per line
-arecord -f S16_LE -r 16000 -c 1 | llamactl transcribe - --rate 16000
-llamactl transcribe --mic                       # live captions; Ctrl-C to stop
-llamactl transcribe --mic --turn semantic       # a pause mid-sentence does not cut the line
-llamactl transcribe --mic --url http://127.0.0.1:8080
-```
+EPILOG = """\b
+Examples:
+  llamactl transcribe meeting.wav             # one line per utterance
+  llamactl transcribe talk.mp3 --json | jq .text   # {"start", "end", "text"}
+  arecord -f S16_LE -r 16000 -c 1 | llamactl transcribe - --rate 16000
+  llamactl transcribe --mic                   # live captions; Ctrl-C to stop
+  llamactl transcribe --mic --turn semantic   # a pause does not cut a line
+  llamactl transcribe --mic --url http://127.0.0.1:8080
 """
 
 _INPUT = "Input"
@@ -65,7 +64,7 @@ MIC_STREAM_FACTORY: Callable[..., Any] | None = None
 
 
 def register(app: typer.Typer) -> None:
-    app.command("transcribe", help=HELP, epilog=EPILOG)(transcribe_command)
+    app.command("transcribe", help=HELP, epilog=EPILOG, cls=PlainHelpCommand)(transcribe_command)
 
 
 def transcribe_command(

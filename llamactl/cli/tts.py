@@ -27,6 +27,7 @@ from llamactl import (
     pcm_bytes,
     wav_header,
 )
+from llamactl.cli._help import PlainHelpCommand
 from llamactl.cli._output import is_tty, stdout_console
 from llamactl.devices import BlockingPlayer
 
@@ -37,16 +38,15 @@ Text comes from the argument or, when piped, from stdin. eSpeak NG speaks it off
 terminal, and is played when it is. A file is written whole: it appears when the speech ends.
 """
 
-EPILOG = """**Examples**
-
-```
-llamactl tts "Hello there" -o hello.wav
-echo "Read this aloud" | llamactl tts --play
-llamactl tts "Bonjour" --voice fr -o bonjour.flac
-llamactl tts "Raw samples" --format pcm | aplay -f S16_LE -r 22050 -c 1
-llamactl tts --list-voices
-llamactl tts "Hello" --model tts.gguf --mmproj mmproj-tts.gguf --speaker-ref me.wav --seed 7
-```
+EPILOG = """\b
+Examples:
+  llamactl tts "Hello there" -o hello.wav
+  echo "Read this aloud" | llamactl tts --play
+  llamactl tts "Bonjour" --voice fr -o bonjour.flac
+  llamactl tts "Raw samples" --format pcm | aplay -f S16_LE -r 22050 -c 1
+  llamactl tts --list-voices
+  llamactl tts "Hello" --model tts.gguf --mmproj mmproj-tts.gguf \\
+      --speaker-ref me.wav --seed 7
 """
 
 _SUFFIXES = {".wav": "wav", ".pcm": "pcm", ".raw": "pcm", ".flac": "flac", ".mp3": "mp3"}
@@ -63,7 +63,7 @@ class AudioFormat(str, Enum):
 
 
 def register(app: typer.Typer) -> None:
-    app.command("tts", help=HELP, epilog=EPILOG)(tts_command)
+    app.command("tts", help=HELP, epilog=EPILOG, cls=PlainHelpCommand)(tts_command)
 
 
 def tts_command(

@@ -10,6 +10,7 @@ import typer
 
 from llamactl import LlamactlError
 from llamactl.cli._devices import print_input_devices
+from llamactl.cli._help import PlainHelpCommand
 from llamactl.cli._output import stderr_console
 from llamactl.cli._turns import EAGERNESS_HELP, TURN_HELP, Eagerness, TurnMode
 
@@ -19,16 +20,14 @@ A full-screen client of the /v1/realtime conversation API. With no --url it star
 in this process on a free port (the same server as `llamactl serve`) and stops it on exit.
 """
 
-EPILOG = """**Examples**
-
-```
-llamactl tui                                  # local server, embedded models, default mic
-llamactl tui -m ~/models/qwen3-4b.gguf --ptt  # push to talk (ctrl+t) instead of voice activity
-llamactl tui --turn semantic --eagerness high  # turns end when you sound finished
-llamactl tui --url http://127.0.0.1:8080 --api-key s3cret
-llamactl tui -m qwen3-4b --reasoning-budget 64  # think briefly, then speak
-llamactl tui --list-devices                   # input devices for --device
-```
+EPILOG = """\b
+Examples:
+  llamactl tui                          # local server, embedded models, mic
+  llamactl tui -m ~/models/qwen3-4b.gguf --ptt  # push to talk (ctrl+t)
+  llamactl tui --turn semantic --eagerness high # ends when you sound done
+  llamactl tui --url http://127.0.0.1:8080 --api-key s3cret
+  llamactl tui -m qwen3-4b --reasoning-budget 64  # think briefly, then speak
+  llamactl tui --list-devices                   # input devices for --device
 
 Keys: ctrl+t talk/mute, escape interrupt, ctrl+s skip reasoning, ctrl+r show reasoning,
 f2 microphone, f3 cycles server VAD / semantic VAD / push to talk, ctrl+q quit. See docs/tui.md.
@@ -36,7 +35,7 @@ f2 microphone, f3 cycles server VAD / semantic VAD / push to talk, ctrl+q quit. 
 
 
 def register(app: typer.Typer) -> None:
-    app.command("tui", help=HELP, epilog=EPILOG)(tui_command)
+    app.command("tui", help=HELP, epilog=EPILOG, cls=PlainHelpCommand)(tui_command)
 
 
 def tui_command(
