@@ -14,7 +14,7 @@ import os
 import stat
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -25,10 +25,17 @@ from llamactl import (
     EXIT_INTERRUPTED,
     ContentDelta,
     Done,
+    InvalidRequestError,
     LlamactlError,
     ReasoningDelta,
     RepetitionGuard,
     SamplingParams,
+)
+from llamactl.cli._chat_session import (
+    ChatHistory,
+    last_session_path,
+    read_session,
+    write_session,
 )
 from llamactl.cli._output import (
     AnswerView,
@@ -74,8 +81,9 @@ Examples:
   cat notes.md | llamactl chat "Summarise this"    # the pipe, then the prompt
   llamactl chat "Hi" --json | jq .text             # for scripts
 
-In the chat: /help, /system TEXT, /set NAME VALUE, /save FILE, /reset, /exit. Ctrl-C stops an
-answer; Ctrl-D, or Ctrl-C twice at the prompt, leaves.
+In the chat: /help, /system TEXT, /set NAME VALUE, /save FILE, /load MODEL, /reset, /exit.
+Ctrl-C stops an answer; Ctrl-D, or Ctrl-C twice at the prompt, leaves. --continue picks up
+the last chat.
 """
 
 _OUTPUT = "Output"
@@ -118,6 +126,14 @@ def chat_command(
             rich_help_panel=_OUTPUT,
         ),
     ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--continue",
+            help="Go on with the last chat: its messages and system prompt (--system replaces "
+            "it), with PROMPT or interactively.",
+        ),
+    ] = False,
 ) -> None:
     settings = interactive_settings(load_settings(overrides))
     check_rpc(settings)
@@ -135,23 +151,48 @@ def chat_command(
     from llamactl.cli._engine import load_chat
 
     options = TurnOptions.from_settings(settings, show_timings, hide_reasoning)
+    history = ChatHistory(system=settings.system)
+    if resume:
+        history = continued_history(overrides.get("system"))
     try:
         with load_chat(settings) as loaded:
             if not json_output:
                 hint_embedded_model(loaded.source)
-            history = ChatHistory(system=settings.system)
             if question is None:
-                Repl(loaded, history, options).run()
+                Repl(loaded, history, options, settings).run()
                 return
             if json_output:
                 code = answer_json(loaded, history, question, options)
             else:
                 answer = ask(loaded, history, question, options, make_view(options))
                 code = EXIT_INTERRUPTED if answer.interrupted else 0
+            remember(loaded.name, history)
     except KeyboardInterrupt:  # while loading, or a second Ctrl-C while stopping
         raise typer.Exit(EXIT_INTERRUPTED) from None
     if code:
         raise typer.Exit(code)
+
+
+def continued_history(system: str | None) -> ChatHistory:
+    """The last chat's conversation (`--continue`); a --system given now replaces its own."""
+    path = last_session_path()
+    if not path.exists():
+        raise InvalidRequestError(f"no chat to continue yet (none saved at {path})")
+    _, history = read_session(path)
+    if system is not None:
+        history.system = system
+    if is_tty(sys.stderr):
+        print_note(f"Continuing the last chat ({len(history.turns) // 2} turns).")
+    return history
+
+
+def remember(model: str, history: ChatHistory) -> None:
+    """Leave the conversation for `--continue`; a state folder that cannot be written only
+    costs that (the chat itself went fine)."""
+    if not history.turns:
+        return
+    with contextlib.suppress(OSError):
+        write_session(last_session_path(), model, history)
 
 
 EMBEDDED_HINT = (
@@ -205,26 +246,6 @@ def join_prompt(piped: str | None, prompt: str | None) -> str | None:
 
 
 # ------------------------------------------------------------ history
-@dataclass
-class ChatHistory:
-    """Messages of one session; answers are kept without their reasoning, as templates
-    expect."""
-
-    system: str | None = None
-    turns: list[dict[str, str]] = field(default_factory=list)
-
-    def messages_for(self, question: str) -> list[dict[str, str]]:
-        head = [{"role": "system", "content": self.system}] if self.system else []
-        return [*head, *self.turns, {"role": "user", "content": question}]
-
-    def add(self, question: str, answer: str) -> None:
-        self.turns.append({"role": "user", "content": question})
-        self.turns.append({"role": "assistant", "content": answer})
-
-    def reset(self) -> None:
-        self.turns.clear()
-
-
 @dataclass(frozen=True)
 class TurnOptions:
     sampling: SamplingParams
@@ -353,6 +374,8 @@ def answer_json(
     """Collect the whole answer and print it as one JSON object on stdout."""
     messages = history.messages_for(question)
     answer = stream_answer(loaded, messages, options, NullView())
+    if not (answer.interrupted or answer.repeating):
+        history.add(question, answer.content.strip())
     sys.stdout.write(json.dumps(answer_dict(answer, loaded.name), ensure_ascii=False) + "\n")
     return EXIT_INTERRUPTED if answer.interrupted else 0
 
@@ -385,6 +408,7 @@ REPL_HELP = """\
                  seed, max_tokens (n), repeat_penalty, presence_penalty,
                  frequency_penalty (without NAME: show them)
 /save FILE       write the conversation to FILE as JSON (model, system, messages)
+/load MODEL      go on with another model (a GGUF path or a name under the models folder)
 /reset           forget the conversation (the system prompt stays)
 /exit            leave (also /quit, Ctrl-D, or Ctrl-C twice at the prompt)
 \"\"\"              start or end a message of several lines
@@ -407,10 +431,17 @@ _SET_ALIASES = {"temp": "temperature", "n": "max_tokens"}
 class Repl:
     """The interactive loop: read a line, run a slash command or ask the model."""
 
-    def __init__(self, loaded: LoadedChat, history: ChatHistory, options: TurnOptions):
+    def __init__(
+        self,
+        loaded: LoadedChat,
+        history: ChatHistory,
+        options: TurnOptions,
+        settings: Settings | None = None,
+    ):
         self.loaded = loaded
         self.history = history
         self.options = options
+        self.settings = settings  # what /load starts another model with
         self.console = stdout_console()
         self._colour = color_enabled(sys.stdout)
 
@@ -484,6 +515,8 @@ class Repl:
             self.set(arg)
         elif name == "/save":
             self.save(arg)
+        elif name == "/load":
+            self.load(arg)
         elif name == "/system":
             if arg:
                 self.history.system = arg
@@ -527,21 +560,36 @@ class Repl:
         if not arg:
             self.note("Usage: /save FILE")
             return
-        from llamactl import atomic_output
-
         path = Path(arg).expanduser()
-        record = {
-            "model": self.loaded.name,
-            "system": self.history.system,
-            "messages": self.history.turns,
-        }
         try:
-            with atomic_output(path) as f:
-                f.write(json.dumps(record, indent=2, ensure_ascii=False).encode() + b"\n")
+            write_session(path, self.loaded.name, self.history)
         except OSError as e:
             print_error(f"could not write {path}: {e.strerror or e}")
             return
         self.note(f"Saved {len(self.history.turns) // 2} turns to {path}.")
+
+    def load(self, arg: str) -> None:
+        """`/load MODEL`: the conversation goes on with another model (a path, a name under
+        the models folder, an alias). The current one stays if the new one fails to load."""
+        if not arg or self.settings is None:
+            self.note("Usage: /load MODEL (a GGUF path or a name `llamactl models` lists)")
+            return
+        from llamactl.cli._engine import load_chat
+
+        settings = dataclasses.replace(self.settings, model=arg)
+        try:
+            loaded = load_chat(settings)
+        except LlamactlError as e:
+            print_error(str(e))
+            self.note(f"Still chatting with {self.loaded.name}.")
+            return
+        except KeyboardInterrupt:
+            self.note(f"Not loaded; still chatting with {self.loaded.name}.")
+            return
+        previous, self.loaded, self.settings = self.loaded, loaded, settings
+        previous.close()
+        turns = len(self.history.turns) // 2
+        self.note(f"Chatting with {loaded.name}" + (f" ({turns} turns so far)." if turns else "."))
 
     def turn(self, question: str) -> None:
         try:
@@ -550,6 +598,7 @@ class Repl:
             print_error(str(e))
             if self.history.turns:
                 self.note("Use /reset to start a fresh conversation.")
+        remember(self.loaded.name, self.history)
         self.console.print()
 
     def note(self, message: str) -> None:
