@@ -24,7 +24,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from llamactl.cli import _engine
-from llamactl.cli._output import PlainView, RichView
+from llamactl.cli._output import PlainView, RichView, whole_blocks
 from llamactl.cli.chat import ChatHistory, Repl, TurnOptions, ask, join_prompt
 from llamactl.cli.main import app
 from llamactl.core.errors import ContextLengthError
@@ -369,6 +369,43 @@ def test_rich_view_renders_markdown_and_dim_reasoning() -> None:
     assert "42" in out
     assert answer.content.strip() == "The answer is **42**."
     assert conversation.turns[-1] == {"role": "assistant", "content": "The answer is **42**."}
+
+
+def test_rich_view_puts_each_finished_block_in_the_scrollback_while_streaming() -> None:
+    """A long answer on a short terminal: its first paragraphs are printed for good while it
+    streams (the live region keeps only the block being written), so scrolling back shows
+    them before the answer ends."""
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, color_system="standard", width=60, height=8)
+    view = RichView(console, show_reasoning=True)
+    view.start()
+    view.reasoning("First thought.\n\nSecond thought.")
+    view.content("\n\n")
+    for i in range(20):
+        view.content(f"Paragraph **{i}** of the answer.\n\n")
+    view.content("```python\nx = 1\n\ny = 2\n")  # a fence still open: not printed yet
+    ansi = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+    streaming = ansi.sub("", buf.getvalue())
+    view.close("", "", interrupted=False)
+    assert "First thought." in streaming and "Second thought." in streaming
+    assert all(f"Paragraph {i} of the answer." in streaming for i in range(20))
+    assert "**" not in streaming  # printed as Markdown
+    assert ansi.sub("", buf.getvalue()).count("Paragraph 0 of the answer.") == 1  # for good
+    assert "y = 2" in ansi.sub("", buf.getvalue())
+
+
+@pytest.mark.parametrize(
+    ("text", "whole"),
+    [
+        ("a\n\nb", "a\n\n"),
+        ("a\nb", ""),
+        ("```\nx\n\ny\n", ""),  # a blank line inside an open fence ends nothing
+        ("```\nx\n\n```\n\nz", "```\nx\n\n```\n\n"),
+        ("a\n\n   \n", "a\n\n   \n"),
+    ],
+)
+def test_whole_blocks_stop_at_the_last_blank_line_outside_a_fence(text: str, whole: str) -> None:
+    assert text[: whole_blocks(text)] == whole
 
 
 def test_plain_view_writes_streams_separately() -> None:

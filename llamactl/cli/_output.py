@@ -199,14 +199,36 @@ class _Tail:
             yield Segment.line()
 
 
+def whole_blocks(text: str) -> int:
+    """How much of `text` is whole Markdown blocks: up to its last blank line outside a code
+    fence (a block after it may still grow: a paragraph, a list, a fence not closed yet)."""
+    pos = cut = 0
+    in_fence = False
+    for line in text.splitlines(keepends=True):
+        if not line.endswith("\n"):
+            break  # the line being written
+        stripped = line.strip()
+        if stripped.startswith(("```", "~~~")):
+            in_fence = not in_fence
+        pos += len(line)
+        if not stripped and not in_fence:
+            cut = pos
+    return cut
+
+
 class RichView:
-    """A live, transient preview while streaming, then the answer printed as Markdown."""
+    """A live preview while streaming, the answer printed as Markdown.
+
+    Whole blocks (paragraphs, lists, closed code fences) are printed for good as soon as they
+    end, above the live region, which keeps only the block being written: a long answer is in
+    the terminal's scrollback from its first paragraph on, not only once it is complete."""
 
     def __init__(self, console: Console, show_reasoning: bool) -> None:
         self.console = console
         self.show_reasoning = show_reasoning
-        self._reasoning = ""
+        self._reasoning = ""  # not printed yet
         self._content = ""
+        self._printed = False  # a block is on screen: the next one starts after a blank line
         self._spinner = Spinner("dots", text=Text("Thinking…", style="dim"))
         self._live = Live(
             _Tail(self._preview),
@@ -221,31 +243,62 @@ class RichView:
         self._live.start()
 
     def reasoning(self, text: str) -> None:
-        self._reasoning += text
+        if not self.show_reasoning:
+            return
+        pending = self._reasoning + text
+        cut = whole_blocks(pending)
+        if cut:
+            self._print(self._reasoning_block(pending[:cut]))
+        self._reasoning = pending[cut:]
 
     def content(self, text: str) -> None:
-        self._content += text
+        if self._reasoning.strip():  # the answer began: the thinking is over
+            self._print(self._reasoning_block(self._reasoning))
+        self._reasoning = ""
+        pending = self._content + text
+        cut = whole_blocks(pending)
+        if cut:
+            self._print(self._answer_block(pending[:cut]))
+        self._content = pending[cut:]
+
+    @staticmethod
+    def _reasoning_block(text: str) -> RenderableType | None:
+        return Text(text.strip(), style="dim italic") if text.strip() else None
+
+    @staticmethod
+    def _answer_block(text: str) -> RenderableType | None:
+        return Markdown(text.strip()) if text.strip() else None
+
+    def _print(self, block: RenderableType | None) -> None:
+        """`block` above the live region, for good (rich moves the live region below it)."""
+        if block is None:
+            return
+        self.console.print(Group(Text(), block) if self._printed else block)
+        self._printed = True
 
     def _parts(self, reasoning: str, content: str) -> list[RenderableType]:
+        blocks = (self._reasoning_block(reasoning), self._answer_block(content))
         parts: list[RenderableType] = []
-        if self.show_reasoning and reasoning.strip():
-            parts.append(Text(reasoning.strip(), style="dim italic"))
-        if content.strip():
-            if parts:
-                parts.append(Text())
-            parts.append(Markdown(content.strip()))
+        for block in blocks:
+            if block is not None:
+                if parts or self._printed:
+                    parts.append(Text())  # a blank line between blocks, as Markdown has
+                parts.append(block)
         return parts
 
     def _preview(self) -> RenderableType:
-        # read each once: the decode side appends while the refresh thread renders
+        # read each once: the decode side changes them while the refresh thread renders
         parts = self._parts(self._reasoning, self._content)
-        return Group(*parts) if parts else self._spinner
+        if parts:
+            return Group(*parts)
+        return Text() if self._printed else self._spinner
 
     def close(
         self, content: str, reasoning: str, interrupted: bool, repeating: bool = False
     ) -> None:
+        """The rest of the answer (what was not printed block by block) and its notes."""
         self._live.stop()
-        parts = self._parts(reasoning, content)
+        parts = self._parts(self._reasoning, self._content)
         if interrupted:
             parts.append(Text("[interrupted]", style="dim"))
         if repeating:
