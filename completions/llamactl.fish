@@ -30,6 +30,7 @@ complete -c llamactl -n '__fish_use_subcommand' -s h -l help -l usage -d 'Show t
 # llamactl chat
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -s m -l model -r -f -a '(__llamactl_models) (__fish_complete_suffix .gguf)' -d 'GGUF path, alias or name in the models dir [embedded SmolLM2]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l hf-repo -x -d 'Hugging Face model OWNER/REPO[:QUANT|:FILE], fetched into the models dir unless it is there (see `llamactl pull`) [none]'
+complete -c llamactl -n '__fish_seen_subcommand_from chat' -l model-url -x -d 'A GGUF to download at start into the models dir (<host>/<file>), unless an earlier start put it there [none]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -s c -l ctx-size -x -d 'Total context over all slots; 0: the training context per slot (at least 4096, less if memory is short) [0]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -s t -l threads -x -d 'Compute threads for generation [physical cores]'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l threads-batch -x -d 'Compute threads for prompts and batches; 0: as --threads [0]'
@@ -87,6 +88,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from chat' -l chat-template -x -
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l show-timings -d 'Print prompt and generation speed after answers'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l hide-reasoning -d 'Do not show the model\'s thinking'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l json -d 'Print one JSON object with the answer, usage and timings'
+complete -c llamactl -n '__fish_seen_subcommand_from chat' -l continue -d 'Go on with the last chat: its messages and system prompt (--system replaces it), with PROMPT or interactively'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -l help-all -d 'Show every option, grouped by topic'
 complete -c llamactl -n '__fish_seen_subcommand_from chat' -s h -l help -l usage -d 'Show this message and exit'
 
@@ -141,6 +143,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from score' -s h -l help -l usag
 # llamactl serve
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s m -l model -r -f -a '(__llamactl_models) (__fish_complete_suffix .gguf)' -d 'GGUF path, alias or name in the models dir [embedded SmolLM2]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l hf-repo -x -d 'Hugging Face model OWNER/REPO[:QUANT|:FILE], fetched into the models dir unless it is there (see `llamactl pull`) [none]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l model-url -x -d 'A GGUF to download at start into the models dir (<host>/<file>), unless an earlier start put it there [none]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s c -l ctx-size -x -d 'Total context over all slots; 0: the training context per slot (at least 4096, less if memory is short) [0]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l parallel -x -d 'Slots: requests decoded together [4]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s t -l threads -x -d 'Compute threads for generation [physical cores]'

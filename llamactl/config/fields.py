@@ -191,6 +191,14 @@ class Settings:
         ),
         Flag(_MODEL, common=True, short="-hf", metavar="REPO[:QUANT]", shown_default="none"),
     ] = None
+    model_url: Annotated[
+        str | None,
+        Field(
+            description="A GGUF to download at start into the models dir (<host>/<file>), "
+            "unless an earlier start put it there."
+        ),
+        Flag(_MODEL, short="-mu", metavar="URL", shown_default="none"),
+    ] = None
     models_dir: Annotated[Path, Field(description="Where model names are looked up.")] = Field(
         default_factory=paths.default_models_dir
     )

@@ -51,6 +51,7 @@ KEY_ALIASES = {"ctx_size": "n_ctx"}
 # variable is unset, so a deployment's environment carries over.
 LLAMA_SERVER_ENV = {
     "model": "LLAMA_ARG_MODEL",
+    "model_url": "LLAMA_ARG_MODEL_URL",
     "n_ctx": "LLAMA_ARG_CTX_SIZE",
     "parallel": "LLAMA_ARG_N_PARALLEL",
     "threads": "LLAMA_ARG_THREADS",
