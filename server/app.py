@@ -15,6 +15,8 @@ from .errors import install_handlers
 from .middleware import install_middleware
 from .state import ServerState
 from .version import server_version
+from .webui import docs_pages
+from .webui import routes as webui_routes
 
 # API families, added as "module:attribute" of this package
 API_ROUTERS: list[str] = [
@@ -76,11 +78,15 @@ def create_app(
         version=server_version(),
         summary="OpenAI- and Anthropic-compatible API over a local llama.cpp model",
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc: webui.docs_pages, offline
+        redoc_url=None,
     )
     app.state.llamactl = state
     install_handlers(app)
     openapi_errors.install(app)
     app.include_router(system.router)
+    docs_pages.install(app)
+    app.include_router(webui_routes.router)
     for router in _routers():
         app.include_router(router)
     install_middleware(app, state)

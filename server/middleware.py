@@ -24,8 +24,11 @@ from .edge.write_timeout import WriteTimeoutMiddleware
 
 __all__ = [
     "ASGIApp",
+    "KEY_SUBPROTOCOL",
+    "REALTIME_SUBPROTOCOL",
     "GateMiddleware",
     "PUBLIC_PATHS",
+    "PUBLIC_PREFIXES",
     "Receive",
     "Scope",
     "Send",
@@ -37,15 +40,27 @@ __all__ = [
 log = logging.getLogger("llamactl.server")
 
 PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/"})
+PUBLIC_PREFIXES = ("/webui/",)  # the page's files: no data in them, and the page asks for a key
+
+
+REALTIME_SUBPROTOCOL = "realtime"
+KEY_SUBPROTOCOL = "openai-insecure-api-key."  # + the key: how a browser's socket carries it
 
 
 def presented_key(scope: Scope) -> str:
     """llama-server's rule: `Authorization` (a leading "Bearer " stripped); only when that
-    header is empty, `X-Api-Key`."""
+    header is empty, `X-Api-Key`. A websocket from a browser, which cannot set headers, may
+    carry it as OpenAI's subprotocol `openai-insecure-api-key.KEY` instead."""
     auth = header(scope, b"authorization").strip()
     if auth:
         return auth[7:].strip() if auth[:7].lower() == "bearer " else auth
-    return header(scope, b"x-api-key").strip()
+    key = header(scope, b"x-api-key").strip()
+    if key or scope["type"] != "websocket":
+        return key
+    for protocol in scope.get("subprotocols", ()):
+        if protocol.startswith(KEY_SUBPROTOCOL):
+            return protocol[len(KEY_SUBPROTOCOL) :]
+    return ""
 
 
 def _digest(key: str) -> bytes:
@@ -89,11 +104,11 @@ class GateMiddleware:
         if scope.get("method") == "OPTIONS":  # CORS preflights come before keys
             await self.app(scope, receive, send)
             return
-        if path not in PUBLIC_PATHS:
+        if path not in PUBLIC_PATHS and not path.startswith(PUBLIC_PREFIXES):
             if (
                 not self.state.ready
                 and scope["type"] == "http"
-                and not path.startswith(("/docs", "/openapi"))
+                and not path.startswith(("/docs", "/openapi", "/redoc"))
             ):
                 message = self.state.load_error or "Loading model"
                 await refuse(scope, send, 503, message, "unavailable_error")

@@ -120,6 +120,8 @@ def settings_of(monkeypatch: pytest.MonkeyPatch):
         (["--spec-draft-n-max", "64"], "spec_draft_n_max", 48),
         (["-t", "1"], "threads", 1),
         (["-mu", "https://example.com/m.gguf"], "model_url", "https://example.com/m.gguf"),
+        (["--no-webui"], "webui", False),
+        (["--no-ui"], "webui", False),
     ],
 )
 def test_llama_server_spellings_set_the_setting(settings_of, args, field, value) -> None:
@@ -130,7 +132,6 @@ def test_llama_server_spellings_set_the_setting(settings_of, args, field, value)
 
 def test_flags_that_change_nothing_here_are_accepted_with_a_note(settings_of) -> None:
     args = [
-        "--no-webui",
         "--no-warmup",
         "--threads-http",
         "4",
@@ -151,7 +152,7 @@ def test_flags_that_change_nothing_here_are_accepted_with_a_note(settings_of) ->
     ]
     result, settings = settings_of(*args)
     assert settings is not None, result.output
-    for flag in ("--no-webui", "--threads-http", "--keep", "--swa-full", "--n-cpu-moe", "-dev"):
+    for flag in ("--threads-http", "--keep", "--swa-full", "--n-cpu-moe", "-dev"):
         assert flag in result.stderr, flag
     assert settings.cache_type == "auto"  # nothing else changed
 

@@ -90,8 +90,8 @@ LLAMA_SERVER_FLAGS: tuple[ServerFlag, ...] = (
     _sets("--spec-draft-model", "model_draft"),
     _sets("--draft-p-min", "spec_draft_p_min"),
     # --- accepted, with a note
-    _note("--ui --webui", "llamactl serves no web page at / yet (docs/serve.md)"),
-    _note("--no-ui --no-webui", "llamactl serves no web page at / yet: nothing to turn off"),
+    _sets("--ui", "webui", True),
+    _sets("--no-ui", "webui", False),
     _note("-hft --hf-token", "`llamactl pull` and -hf read HF_TOKEN from the environment", True),
     _note("-C --cpu-mask", _PLACEMENT, takes_value=True),
     _note("-Cr --cpu-range", _PLACEMENT, takes_value=True),

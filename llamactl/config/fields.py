@@ -419,6 +419,13 @@ class Settings:
         Field(ge=-1.0, description="Seconds of stream silence before a ping; -1 disables."),
         Flag(_SERVER, commands=frozenset({SERVE})),
     ] = 30.0
+    webui: Annotated[
+        bool,
+        Field(
+            description="Serve the chat page at / (docs/webui.md); its API calls need the key."
+        ),
+        Flag(_SERVER, commands=frozenset({SERVE})),
+    ] = True
     metrics: Annotated[
         bool,
         Field(description="Serve Prometheus /metrics."),

@@ -14,6 +14,8 @@ from llamactl.config import Settings
 from .. import precheck
 from ..errors import APIError, install_handlers
 from ..middleware import install_middleware
+from ..webui import docs_pages
+from ..webui import routes as webui_routes
 from . import routes
 from .catalog import ModelSpec, build_catalog
 from .child import ChildProcess
@@ -77,10 +79,14 @@ def create_router_app(
         title="llamactl router",
         summary="Many local llama.cpp models behind one OpenAI- and Anthropic-compatible API",
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc: webui.docs_pages, offline
+        redoc_url=None,
     )
     app.state.llamactl = state
     install_handlers(app)
     app.include_router(routes.router)
+    docs_pages.install(app)  # before the catch-all proxy below
+    app.include_router(webui_routes.router)
     # A child's proof is the router's to ask for: it is not forwarded from clients.
     app.router.routes.append(
         Route(PROOF_PATH, _not_forwarded, methods=_ANY_METHOD, include_in_schema=False)

@@ -27,6 +27,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 from llamactl.realtime import protocol
 from llamactl.realtime.errors import ProtocolError
 
+from ...middleware import REALTIME_SUBPROTOCOL
 from ...state import ServerState
 from .events import event
 from .session import RealtimeSession
@@ -119,7 +120,11 @@ class Connection:
 
     # ------------------------------------------------------------------ run
     async def run(self, kind: str) -> None:
-        await self.ws.accept()
+        # a browser asks for "realtime" (OpenAI's subprotocol, beside the key it carries);
+        # Chromium drops a socket whose handshake names none of those it asked for
+        offered = self.ws.scope.get("subprotocols", ())
+        chosen = REALTIME_SUBPROTOCOL if REALTIME_SUBPROTOCOL in offered else None
+        await self.ws.accept(subprotocol=chosen)
         state: ServerState = self.app.state.llamactl
         limit = state.settings.realtime_max_sessions
         live = state.family_state(LiveSessions)
