@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import wave
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,11 +31,16 @@ ANSWER = "article.assistant:not(.streaming) .meta button[aria-label='Regenerate 
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as playwright:
-        chromium = launch(playwright)
-        yield chromium
-        chromium.close()
+def playwright() -> Iterator[Any]:
+    with sync_api.sync_playwright() as driver:  # one per thread: the tests share it
+        yield driver
+
+
+@pytest.fixture(scope="module")
+def browser(playwright) -> Iterator[Any]:
+    chromium = launch(playwright)
+    yield chromium
+    chromium.close()
 
 
 def ask(page: Any, text: str) -> None:
@@ -291,7 +297,18 @@ def test_the_router_picker_shows_status_and_loads_on_demand(browser, tmp_path) -
 
 
 # ------------------------------------------------------------------------------- voice
-def test_voice_through_the_realtime_socket_with_a_fake_microphone(server, tmp_path) -> None:
+def pad_with_silence(path: Path, seconds: float) -> None:
+    with wave.open(str(path)) as src:
+        params, frames = src.getparams(), src.readframes(src.getnframes())
+    pause = b"\0" * (params.sampwidth * params.nchannels * int(params.framerate * seconds))
+    with wave.open(str(path), "wb") as out:
+        out.setparams(params)
+        out.writeframes(pause + frames + pause)
+
+
+def test_voice_through_the_realtime_socket_with_a_fake_microphone(
+    playwright, server, tmp_path
+) -> None:
     speech = tmp_path / "question.wav"
     said = subprocess.run(
         [
@@ -308,13 +325,14 @@ def test_voice_through_the_realtime_socket_with_a_fake_microphone(server, tmp_pa
         timeout=120,
     )
     assert said.returncode == 0, said.stderr
+    pad_with_silence(speech, seconds=2.0)  # Chromium loops the file: the pause ends the turn
     fake_mic = (
         "--use-fake-ui-for-media-stream",
         "--use-fake-device-for-media-stream",
         f"--use-file-for-fake-audio-capture={speech}",
         "--autoplay-policy=no-user-gesture-required",
     )
-    with sync_api.sync_playwright() as playwright:
+    if True:  # a Chromium of its own: the fake microphone is a launch flag
         chromium = launch(playwright, *fake_mic)
         try:
             with watched(chromium, server.url) as w:

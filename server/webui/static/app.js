@@ -221,14 +221,6 @@ function reasoningView(message) {
   text.className = "text";
   text.textContent = message.reasoning || "";
   details.append(summary, text);
-  if (message.streaming && !message.content && message.reasoning) {
-    const skip = document.createElement("button");
-    skip.type = "button";
-    skip.className = "skip";
-    skip.textContent = "Skip reasoning";
-    skip.addEventListener("click", skipReasoning);
-    details.append(skip);
-  }
   return details;
 }
 
@@ -323,9 +315,35 @@ function redrawStreaming() {
     if (!view) return;
     const box = $("messages");
     const atEnd = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
-    view.replaceWith(messageView(message));
+    updateStreaming(view, message);
     if (atEnd) box.scrollTop = box.scrollHeight;
   });
+}
+
+// The streaming message is changed in place, not rebuilt: a button the user is pressing
+// (Skip reasoning) must stay the same element while text arrives.
+function updateStreaming(view, message) {
+  const details = view.querySelector("details.reasoning");
+  const thinking = !message.content && Boolean(message.reasoning);
+  details.hidden = !message.reasoning;
+  details.querySelector(".text").textContent = message.reasoning || "";
+  details.querySelector("summary").textContent = thinking ? "Thinking…" : "Reasoning";
+  if (thinking && !details.dataset.opened) {
+    details.open = true;
+    details.dataset.opened = "1"; // opened once; the user may close it
+  }
+  const skip = details.querySelector("button.skip");
+  if (thinking && !skip) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "skip";
+    button.textContent = "Skip reasoning";
+    button.addEventListener("click", skipReasoning);
+    details.append(button);
+  } else if (!thinking && skip) {
+    skip.remove();
+  }
+  fillBody(view.querySelector(".body"), message);
 }
 
 // ------------------------------------------------------------------ asking

@@ -144,6 +144,7 @@ export class VoiceSession {
   }
 
   stop() {
+    if (this.stopped) return; // the socket's close comes after a stop the user asked for
     this.stopped = true;
     this.ready = false;
     this.silence();
