@@ -87,7 +87,8 @@ def serve_app(app: Any, settings: Any) -> Iterator[LiveServer]:
     deadline = time.monotonic() + 120
     while True:
         try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
+            health = url + (getattr(settings, "api_prefix", "") or "").rstrip("/") + "/health"
+            if httpx.get(health, timeout=2).status_code == 200:
                 break
         except httpx.HTTPError:
             pass

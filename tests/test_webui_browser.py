@@ -148,6 +148,84 @@ def test_two_pages_at_once_each_get_their_own_greedy_answer(browser, server) -> 
             assert same_text(last_answer(w.page), alone)
 
 
+def test_under_an_api_prefix_the_page_and_its_calls_stay_under_it(browser) -> None:
+    with run_server(parallel=1, api_prefix="/llm") as live:
+        base = live.url  # the server's root; the page lives at /llm/
+        bare = httpx.get(base + "/llm")
+        assert bare.status_code == 308 and bare.headers["location"] == "/llm/"
+        with watched(browser, base) as w:
+            page = w.page
+            page.goto("/llm")  # redirected to the folder, so relative URLs stay under it
+            set_greedy(page, 8)
+            ask(page, "Hi")
+            page.wait_for_selector(ANSWER, timeout=60_000)
+            assert page.url.endswith("/llm/")
+
+
+def test_keyboard_only_use(browser, server) -> None:
+    """Tab reaches the message box; Enter sends; Escape stops; the controls have names."""
+    with watched(browser, server.url) as w:
+        page = w.page
+        page.goto("/")
+        for _ in range(30):
+            page.keyboard.press("Tab")
+            if page.evaluate("() => document.activeElement.id") == "input":
+                break
+        else:
+            raise AssertionError("Tab never reached the message box")
+        page.keyboard.type("Write a long poem about the sea.")
+        page.keyboard.press("Enter")
+        page.locator("#stop").wait_for(timeout=30_000)
+        page.keyboard.press("Escape")
+        page.wait_for_selector("#send:not([hidden])", timeout=30_000)
+        unnamed = page.evaluate(
+            """() => [...document.querySelectorAll('button, select, textarea, input')]
+                .filter(e => e.offsetParent !== null)
+                .filter(e => !(e.getAttribute('aria-label') || e.textContent.trim()
+                               || e.labels?.length))
+                .map(e => e.outerHTML)"""
+        )
+        assert unnamed == []
+        assert page.get_attribute("#messages", "role") == "log"
+
+
+# what the model may write, and what the page must make of it (never markup of the model's)
+MARKDOWN = [
+    ("**bold** and *it* and `code`", ["<strong>bold</strong>", "<em>it</em>", "<code>code</code>"]),
+    ("```python\nx = 1\n```", ['<code data-language="python">x = 1</code>', ">Copy</button>"]),
+    ("# Title\n\n- one\n- two", ["<h2>Title</h2>", "<ul><li>one</li><li>two</li></ul>"]),
+    ("| a | b |\n|---|---|\n| 1 | 2 |", ["<th>a</th>", "<td>2</td>"]),
+    ("$\\frac{a}{b}$ and $x^2$", ["<mfrac><mi>a</mi><mi>b</mi></mfrac>", "<msup>"]),
+    ("$$\\sqrt{2} \\approx 1.41$$", ['display="block"', "<msqrt>", "≈"]),
+    ("$\\unknowncommand{x}$", ["<code>$\\unknowncommand{x}$</code>"]),
+    ("<script>alert(1)</script>", ["&lt;script&gt;alert(1)&lt;/script&gt;"]),
+    ("<img src=x onerror=alert(1)>", ["&lt;img src=x onerror=alert(1)&gt;"]),
+    ("[click](javascript:alert(1))", ["click"]),
+    ("[site](https://example.com)", ['href="https://example.com/"', 'rel="noopener noreferrer"']),
+]
+
+
+@pytest.mark.parametrize(("markdown", "expected"), MARKDOWN)
+def test_markdown_is_rendered_as_dom_and_never_as_the_models_markup(
+    browser, server, markdown, expected
+) -> None:
+    with watched(browser, server.url) as w:
+        w.page.goto("/")
+        html = w.page.evaluate(
+            """async (text) => {
+                const { renderMarkdown } = await import('./webui/markdown.js');
+                const box = document.createElement('div');
+                box.append(renderMarkdown(text));
+                return box.innerHTML;
+            }""",
+            markdown,
+        )
+        for piece in expected:
+            assert piece in html, html
+        assert "<script" not in html and "onerror=" not in html.replace("onerror=alert", "")
+        assert "javascript:" not in html.split("href=")[-1] if "href=" in html else True
+
+
 # -------------------------------------------------------------------------- reasoning
 def test_the_skip_button_ends_the_reasoning(browser, thinking_server) -> None:
     with watched(browser, thinking_server.url) as w:

@@ -42,8 +42,26 @@ class ApiPrefixMiddleware:
             message = f"{path} is not served: the API is under {self.prefix}/"
             await refuse(scope, send, 404, message, "not_found_error")
             return
+        if not rest and scope["type"] == "http" and scope.get("method") in ("GET", "HEAD"):
+            await _redirect_to_folder(scope, send, self.prefix)  # the page's URLs are relative
+            return
         raw = scope.get("raw_path")
         inner = {**scope, "path": rest or "/"}
         if isinstance(raw, bytes) and raw.startswith(self.prefix.encode()):
             inner["raw_path"] = raw[len(self.prefix) :] or b"/"
         await self.app(inner, receive, send)
+
+
+async def _redirect_to_folder(scope: Scope, send: Send, prefix: str) -> None:
+    """`/llm` → `/llm/`: the web page names its files relative to itself, which resolves
+    under the prefix only from the folder's URL."""
+    query = scope.get("query_string", b"")
+    location = prefix.encode() + b"/" + (b"?" + query if query else b"")
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 308,
+            "headers": [(b"location", location), (b"content-length", b"0")],
+        }
+    )
+    await send({"type": "http.response.body", "body": b""})
