@@ -355,6 +355,7 @@ async function send(event) {
   const parent = state.conv.leaf;
   store.addMessage(state.conv, parent, { role: "user", content, attachments: state.attachments });
   if (state.conv.title === "New chat" && content) state.conv.title = content.slice(0, 48);
+  renderSidebar();
   $("input").value = "";
   state.attachments = [];
   renderAttachments();
