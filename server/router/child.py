@@ -162,7 +162,8 @@ class ChildProcess:
 
     def rss_bytes(self) -> int | None:
         """Resident memory of the child (Linux /proc), None where unknown."""
-        return resident_bytes(self.pid) if self.alive else None
+        pid = self.pid
+        return resident_bytes(pid) if self.alive and pid is not None else None
 
     def exit_message(self) -> str:
         """Why the child ended: its exit status and its last error line."""

@@ -75,27 +75,29 @@ def _inline_script_hashes(html: str) -> str:
 def swagger_page(openapi_url: str, title: str) -> tuple[str, str]:
     """Swagger UI's HTML and its CSP. `validatorUrl: null`: otherwise, on a host other than
     localhost, the page shows a badge image fetched from validator.swagger.io."""
-    html = get_swagger_ui_html(
+    body = get_swagger_ui_html(
         openapi_url=openapi_url,
         title=f"{title} - Swagger UI",
         swagger_js_url=_asset_url("swagger-ui-bundle.js"),
         swagger_css_url=_asset_url("swagger-ui.css"),
         swagger_favicon_url=_asset_url("favicon-32x32.png"),
         swagger_ui_parameters={"validatorUrl": None},
-    ).body.decode()
+    ).body
+    html = bytes(body).decode()
     csp = f"{_CSP_COMMON}; script-src 'self' {_inline_script_hashes(html)}"
     return html, csp
 
 
 def redoc_page(openapi_url: str, title: str) -> tuple[str, str]:
     """ReDoc's HTML (no Google Fonts link) and its CSP."""
-    html = get_redoc_html(
+    body = get_redoc_html(
         openapi_url=openapi_url,
         title=f"{title} - ReDoc",
         redoc_js_url=_asset_url("redoc.standalone.js"),
         redoc_favicon_url=_asset_url("favicon-32x32.png"),
         with_google_fonts=False,
-    ).body.decode()
+    ).body
+    html = bytes(body).decode()
     csp = f"{_CSP_COMMON}; script-src 'self'; worker-src blob:"
     return html, csp
 
