@@ -421,9 +421,7 @@ class Settings:
     ] = 30.0
     webui: Annotated[
         bool,
-        Field(
-            description="Serve the chat page at / (docs/webui.md); its API calls need the key."
-        ),
+        Field(description="Serve the chat page at / (docs/webui.md); its API calls need the key."),
         Flag(_SERVER, commands=frozenset({SERVE})),
     ] = True
     metrics: Annotated[

@@ -5,10 +5,10 @@ the…": Smart Turn reads the last 8 s of 16 kHz audio (Whisper log-mel features
 and gives the probability that the speaker has finished. Measured on eSpeak speech here:
 0.85 for the finished question, 0.01 for the cut sentence.
 
-The model ships inside the `pipecat-ai` wheel. llamactl does not depend on pipecat-ai (its
-dependencies are a whole voice framework); it reads the ONNX file from an installed
-pipecat-ai, or from `LLAMACTL_SMART_TURN_MODEL`, and `fetch_model()` takes it out of the
-wheel from PyPI into the cache (no model hub involved).
+The model ships inside the `pipecat-ai` wheel; `pip install` of llamactl takes it out of
+that wheel into the package (setup.py, `smart_turn_source`). It is also read from
+`LLAMACTL_SMART_TURN_MODEL`, an installed pipecat-ai, or the cache, where `fetch_model()`
+puts it for an install made without network (no model hub involved).
 """
 
 from __future__ import annotations
@@ -16,10 +16,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-import subprocess
-import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -27,20 +23,29 @@ import numpy as np
 from llamactl.core.errors import ModelNotFoundError
 from llamactl.core.paths import cache_dir
 
+from .smart_turn_source import (
+    DISTRIBUTION,
+    PACKAGED,
+    SMART_TURN_FILE,
+    VERSION,
+    fetch_from_pypi,
+)
+
 __all__ = ["SMART_TURN_FILE", "SmartTurn", "fetch_model", "find_model"]
 
-SMART_TURN_FILE = "smart-turn-v3.2-cpu.onnx"
-WHEEL = "pipecat-ai==1.14.0"  # the wheel that carries SMART_TURN_FILE
-_IN_WHEEL = f"pipecat/audio/turn/smart_turn/data/{SMART_TURN_FILE}"
+WHEEL = f"{DISTRIBUTION}=={VERSION}"  # the wheel that carries SMART_TURN_FILE
 RATE = 16000
 WINDOW_S = 8
 
 
 def find_model() -> Path | None:
-    """The model file: LLAMACTL_SMART_TURN_MODEL, an installed pipecat-ai, or the cache."""
+    """The model file: LLAMACTL_SMART_TURN_MODEL, the one the install put in the package, an
+    installed pipecat-ai, or the cache."""
     env = os.environ.get("LLAMACTL_SMART_TURN_MODEL")
     if env:
         return Path(env) if Path(env).is_file() else None
+    if PACKAGED.is_file():
+        return PACKAGED
     try:
         spec = importlib.util.find_spec("pipecat")  # located, not imported
     except (ImportError, ValueError):
@@ -54,24 +59,12 @@ def find_model() -> Path | None:
 
 
 def fetch_model() -> Path:
-    """Take the model out of the pipecat-ai wheel (downloaded from PyPI, no dependencies
-    installed) into the cache; return its path."""
+    """The model file, taken out of the pipecat-ai wheel on PyPI into the cache when no copy
+    is found (an install made offline); OSError or ValueError when it cannot be."""
     found = find_model()
     if found is not None:
         return found
-    target = cache_dir() / "smart-turn" / SMART_TURN_FILE
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, WHEEL],
-            check=True,
-        )
-        wheel = next(Path(tmp).glob("*.whl"))
-        with zipfile.ZipFile(wheel) as zf:
-            part = Path(tmp) / SMART_TURN_FILE
-            part.write_bytes(zf.read(_IN_WHEEL))
-        os.replace(part, target)
-    return target
+    return fetch_from_pypi(cache_dir() / "smart-turn" / SMART_TURN_FILE)
 
 
 class SmartTurn:
@@ -81,8 +74,10 @@ class SmartTurn:
         model = Path(path) if path is not None else find_model()
         if model is None:
             raise ModelNotFoundError(
-                f"semantic turn detection needs Smart Turn ({SMART_TURN_FILE}): "
-                f"pip install --no-deps {WHEEL}, or set LLAMACTL_SMART_TURN_MODEL"
+                f"semantic turn detection needs Smart Turn ({SMART_TURN_FILE}), which "
+                "llamactl's install takes from PyPI and this one could not: install llamactl "
+                f"again where PyPI is reachable, `pip install --no-deps {WHEEL}`, or set "
+                "LLAMACTL_SMART_TURN_MODEL"
             )
         self._session = _session(str(model), threads)
         self._input = self._session.get_inputs()[0].name
