@@ -213,6 +213,26 @@ def test_f3_cycles_server_vad_semantic_vad_and_push_to_talk(fake):
     run(scenario)
 
 
+def test_a_refused_semantic_vad_leaves_the_mode_in_force_on_the_status_bar():
+    """A server without Smart Turn refuses semantic_vad: the bar shows server VAD again, the
+    mode the session kept, not the one asked for."""
+    with FakeRealtimeServer(Script(refuse_semantic=True)).running() as server:
+
+        async def scenario():
+            app = make_app(server.url)
+            async with app.run_test(size=SIZE) as pilot:
+                await connected(pilot)
+                await wait_for(pilot, lambda: len(server.of_type("session.update")) == 1)
+                await pilot.pause(0.2)
+                await pilot.press("f3")
+                await wait_for(pilot, lambda: len(server.of_type("session.update")) == 2)
+                await wait_for(pilot, lambda: app.status.turn == "server VAD")
+                assert app.mic.mode == "VAD" and app.turn == "server"
+                assert any("Smart Turn" in line for line in lines(app, "error"))
+
+        run(scenario)
+
+
 def test_the_turn_mode_and_eagerness_given_at_start(fake):
     async def scenario():
         app = make_app(fake.url, turn="semantic", eagerness="high")

@@ -42,7 +42,7 @@ MODEL = "fake-model"
 FORMAT = {"type": "audio/pcm", "rate": 24000}
 
 
-def session(output_modalities: list[str]) -> dict[str, Any]:
+def session(output_modalities: list[str], turn_detection: Any = None) -> dict[str, Any]:
     """The effective conversation session, as llamactl reports it."""
     return {
         "object": "realtime.session",
@@ -55,7 +55,7 @@ def session(output_modalities: list[str]) -> dict[str, Any]:
             "input": {
                 "format": FORMAT,
                 "transcription": {"model": "whisper-tiny.en", "prompt": "", "language": None},
-                "turn_detection": None,
+                "turn_detection": turn_detection,
                 "noise_reduction": None,
             },
             "output": {"format": FORMAT, "voice": "alloy", "speed": 1.0},
@@ -83,6 +83,7 @@ class Script:
     control_enabled: bool = True  # False: control requests are refused, as without the flag
     hold_answer: bool = False  # wait for a cancel after the first answer delta
     audio_ms: int = 0  # spoken answer: this much PCM16 silence, in 100 ms deltas
+    refuse_semantic: bool = False  # as a server without Smart Turn: semantic_vad is an error
     transcript: list[str] = field(default_factory=lambda: ["What is ", "two plus two?"])
     metadata: dict[str, str] = field(
         default_factory=lambda: {
@@ -176,6 +177,7 @@ class FakeRealtimeServer:
         self._send = send
         await send("session.created", session=session(["audio"]))
         previous: str | None = None
+        turn_detection: Any = None  # what the session's updates asked for
         try:
             while True:
                 event = json.loads(await ws.receive_text())
@@ -185,7 +187,22 @@ class FakeRealtimeServer:
                 if isinstance(parsed, protocol.SessionUpdate):
                     update = protocol.RealtimeSession.parse(parsed.session)
                     modalities = update.output_modalities or ["audio"]
-                    await send("session.updated", session=session(modalities))
+                    asked = event["session"].get("audio", {}).get("input", {})
+                    td = asked.get("turn_detection", turn_detection)
+                    if self.script.refuse_semantic and (td or {}).get("type") == "semantic_vad":
+                        await send(
+                            "error",
+                            error={
+                                "type": "invalid_request_error",
+                                "code": "model_not_found",
+                                "message": "semantic turn detection needs Smart Turn",
+                                "param": "session.audio.input.turn_detection.type",
+                                "event_id": event.get("event_id"),
+                            },
+                        )
+                        continue
+                    turn_detection = td
+                    await send("session.updated", session=session(modalities, turn_detection))
                 elif isinstance(parsed, protocol.ConversationItemCreate):
                     item = {
                         "id": self._id("item"),

@@ -125,6 +125,7 @@ class ChatApp(App[None]):
         self.canceller: EchoCanceller | None = None  # when a real player plays the answers
         self._cancelling = False  # the live microphone's blocks go through the canceller
         self.client: RealtimeClient | None = None  # a live session (after session.created)
+        self._confirmed_turn: tuple[str, str | None] | None = None  # the server's last word
         self._conn: RealtimeClient | None = None  # the session worker's socket, live or not
         self.player: Player = Player()
         self.source: AudioSource | None = None
@@ -381,6 +382,13 @@ class ChatApp(App[None]):
     def _on_SessionReady(self, event: ev.SessionReady) -> None:
         if event.model:
             self.status.set(model=event.model)
+        if event.updated:  # the server's word on the turn mode, which an update may not get
+            in_force = turn_in_force(event.session)
+            if in_force is not None:
+                self._confirmed_turn = in_force
+                turn, eagerness = in_force
+                if turn != self.turn or eagerness not in (None, self.eagerness):
+                    self._use_turn(turn, eagerness)
 
     def _user_line(self, item_id: str | None) -> ChatLine:
         key = item_id or "?"
@@ -510,6 +518,9 @@ class ChatApp(App[None]):
             return
         where = f" ({event.param})" if event.param else ""
         self.error(f"Server: {event.message}{where}")
+        refused = (event.param or "").startswith("session.audio.input.turn_detection")
+        if refused and self._confirmed_turn is not None:
+            self._use_turn(*self._confirmed_turn)  # the session kept its mode: show that one
 
     def _since_turn_end(self) -> float | None:
         return None if self._turn_end is None else time.monotonic() - self._turn_end
@@ -607,13 +618,19 @@ class ChatApp(App[None]):
         return "reasoning skipped" if response_id in self._skipped else ""
 
     def action_cycle_turn(self) -> None:
-        """server VAD → semantic VAD → push to talk → server VAD."""
-        self.turn = TURN_MODES[(TURN_MODES.index(self.turn) + 1) % len(TURN_MODES)]
+        """server VAD → semantic VAD → push to talk → server VAD. Shown at once; if the server
+        refuses the mode (semantic VAD without Smart Turn), the one in force comes back."""
+        self._use_turn(TURN_MODES[(TURN_MODES.index(self.turn) + 1) % len(TURN_MODES)])
+        config = self._session_config()
+        self.send("session", {"type": "realtime", "audio": {"input": config["audio"]["input"]}})
+
+    def _use_turn(self, turn: str, eagerness: str | None = None) -> None:
+        self.turn = turn
+        if eagerness is not None:
+            self.eagerness = eagerness
         self.sending = self.vad and self.source is not None
         self.mic.set(mode=self._mic_mode(), active=self.sending)
         self.status.set(turn=self._turn_label())
-        config = self._session_config()
-        self.send("session", {"type": "realtime", "audio": {"input": config["audio"]["input"]}})
         mode = TURN_HELP[self.turn] + (" (ctrl+t starts/sends)" if not self.vad else "")
         self.say("system", f"Turn taking: {mode}.")
         if self.client is not None:
@@ -681,3 +698,22 @@ class ChatApp(App[None]):
             asyncio.ensure_future(client.close())
         self.say("system", "New conversation.")
         self.start_session()
+
+
+_TURN_OF_TYPE = {"server_vad": "server", "semantic_vad": "semantic"}
+
+
+def turn_in_force(session: dict[str, Any]) -> tuple[str, str | None] | None:
+    """(turn mode, eagerness: semantic turns only) of an effective session; None when it does
+    not say."""
+    audio = session.get("audio")
+    source = audio.get("input") if isinstance(audio, dict) else None
+    if not isinstance(source, dict) or "turn_detection" not in source:
+        return None
+    td = source["turn_detection"]
+    if td is None:
+        return "manual", None
+    turn = _TURN_OF_TYPE.get(td.get("type", "")) if isinstance(td, dict) else None
+    if turn is None:
+        return None
+    return turn, str(td.get("eagerness", "auto")) if turn == "semantic" else None
