@@ -16,6 +16,12 @@
    had finished (a commit inside the question). The server's own `response.done` latency
    metadata are printed beside them.
 
+3. Human speech beside eSpeak: a person's recordings (Debian's alsa-utils: "Front Left",
+   "Rear Center"...) and eSpeak saying the same words. Smart Turn's verdict on each whole
+   utterance (finished: should be high) and on its first half (cut off: should be low), with
+   its inference time (anchor: Smart Turn's published 12-60 ms on CPU); then realtime turns
+   spoken by the person, end of speech -> first audio (anchor: csglite's 0.87 s).
+
 Each turn opens a new session, so no turn can barge in on the previous answer's playback.
 """
 
@@ -40,7 +46,7 @@ from llamactl.layout import entry_point
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from audiokit import silence, speech, to_rate, wer  # noqa: E402
+from audiokit import human_clips, silence, speech, to_rate, wer  # noqa: E402
 
 VOICE = "en-us+f2"
 QUESTION = "What is the capital of France, and why is it famous?"
@@ -231,6 +237,49 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
 
+def smart_turn_verdicts() -> None:
+    """Smart Turn on a person's words and on eSpeak's, whole and cut in half."""
+    from llamactl.engine.audio.turn import SmartTurn
+
+    clips = human_clips()
+    if not clips:
+        print("human speech: none (apt-get install alsa-utils)")
+        return
+    turn = SmartTurn(threads=1)
+    rows: dict[str, list[tuple[float, float]]] = {"human": [], "eSpeak": []}
+    times: list[float] = []
+    for name, (pcm, rate) in clips.items():
+        espeak_pcm, espeak_rate = speech(name, VOICE)
+        for kind, (samples, sr) in (("human", (pcm, rate)), ("eSpeak", (espeak_pcm, espeak_rate))):
+            audio = to_rate(samples, sr, 16000).astype(np.float32) / 32768.0
+            t0 = time.perf_counter()
+            whole = turn.probability(audio)
+            times.append((time.perf_counter() - t0) * 1000)
+            rows[kind].append((whole, turn.probability(audio[: audio.size // 2])))
+    print(f"Smart Turn on {len(clips)} two-word utterances (alsa-utils), P(finished):")
+    print(f"  {'':<8} {'whole p50':>9} {'half p50':>9} {'whole>0.5':>10} {'half<0.5':>9}")
+    for kind, pairs in rows.items():
+        whole, half = [w for w, _ in pairs], [h for _, h in pairs]
+        print(
+            f"  {kind:<8} {statistics.median(whole):>9.2f} {statistics.median(half):>9.2f} "
+            f"{sum(w > 0.5 for w in whole):>5} / {len(whole):<3} {sum(h < 0.5 for h in half):>4} / "
+            f"{len(half)}"
+        )
+    print(
+        f"  inference p50 {statistics.median(times):.0f} ms, p95 {pct(times, 0.95):.0f} ms "
+        "(anchor: 12-60 ms published for CPU)"
+    )
+
+
+def human_turns(repeats: int) -> list[tuple[str, np.ndarray]]:
+    """The person's words as realtime turns at 24 kHz, with the silence a turn ends on."""
+    out = []
+    for name, (pcm, rate) in list(human_clips().items()) * repeats:
+        audio = np.concatenate([silence(0.3, RATE), to_rate(pcm, rate, RATE)])
+        out.append((name, audio))
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=20, help="realtime turns per mode")
@@ -242,7 +291,9 @@ def main() -> int:
 
     from llamactl.engine.audio.turn import fetch_model
 
-    fetch_model()  # semantic VAD's Smart Turn, from the pipecat-ai wheel (cached)
+    fetch_model()  # semantic VAD's Smart Turn: in the package since the install
+    smart_turn_verdicts()
+    people = human_turns(max(1, args.turns // 8))
     questions = [spoken_turn(TURNS[i % len(TURNS)]) for i in range(args.turns)]
     paused = sum(len(TURNS[i % len(TURNS)]) > 1 for i in range(args.turns))
     print(f"realtime turns: {args.turns} spoken questions per mode, {paused} with a pause")
@@ -254,6 +305,10 @@ def main() -> int:
         for q in questions:  # the modes interleaved, so a slow minute falls on both
             for mode, td in MODES.items():
                 results[mode].append(one_turn(port, q, td))
+        human: dict[str, list[dict]] = {mode: [] for mode in MODES}
+        for _, q in people:
+            for mode, td in MODES.items():
+                human[mode].append(one_turn(port, q, td))
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -269,6 +324,12 @@ def main() -> int:
             f"{cut:>4} / {len(turns)}"
         )
     print("  target: semantic p50 < 350 ms, no more cut-offs than server VAD")
+    if people:
+        print(f"  spoken by a person ({len(people)} turns, alsa-utils' words), same measure:")
+        for mode, turns in human.items():
+            lat = [t["latency"] * 1000 for t in turns]
+            print(f"  {mode:<13} {statistics.median(lat):>7.0f} {pct(lat, 0.95):>7.0f}")
+        print("  anchor: csglite 870 ms end of turn -> first audio")
     print("  where the time goes, p50 ms: the silence each turn waited (audio time past the last")
     print("  word) + commit -> first audio byte; semantic turns Smart Turn judged finished apart")
     for mode, turns in results.items():

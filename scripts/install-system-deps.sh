@@ -6,12 +6,13 @@
 # prints what it could not install instead of failing.
 #
 # --test adds what only the test suite uses: PulseAudio, its tools and ALSA's pulse plugin (the
-# tests on a real sound server), and Chromium (the web page's tests, driven by Playwright). A desktop whose sound is PipeWire keeps it: pulseaudio would
+# tests on a real sound server), Chromium (the web page's tests, driven by Playwright) and
+# alsa-utils (its recordings of a person speaking: the voice tests on human speech). A desktop whose sound is PipeWire keeps it: pulseaudio would
 # replace pipewire-pulse, so it is left out there (those tests then skip, saying why).
 set -uo pipefail
 packages=(libportaudio2 espeak-ng tmux zsh fish haproxy iproute2 cmake ninja-build g++)
 if [ "${1:-}" = "--test" ]; then
-  packages+=(pulseaudio-utils libasound2-plugins chromium)
+  packages+=(pulseaudio-utils libasound2-plugins chromium alsa-utils)
   dpkg -s pipewire-pulse >/dev/null 2>&1 || packages+=(pulseaudio)
 fi
 if ! command -v apt-get >/dev/null 2>&1; then

@@ -46,7 +46,7 @@ def main() -> None:
             page.fill("input[name=max_tokens]", "120")
             shot(page, "settings")
             page.click("#settings-form button[value=save]")
-            ask(page, "Write a Python function that adds two numbers, with a one-line example.", done)
+            ask(page, "Write a Python function that adds two numbers, with an example.", done)
             shot(page, "chat")
             page.click("#theme")
             shot(page, "dark")

@@ -212,3 +212,27 @@ def heard(sentence: int, text: str, bound: float = 0.5) -> bool:
 
 if __name__ == "__main__":
     _say_to_stdout(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+
+
+HUMAN_DIR = Path("/usr/share/sounds/alsa")  # Debian's alsa-utils: a person saying each name
+
+
+def human_clips() -> dict[str, tuple[np.ndarray, int]]:
+    """Recordings of a real person (alsa-utils' speaker-test words: "Front Left", "Rear
+    Center"...), name -> (int16 mono samples trimmed of silence, rate); empty when alsa-utils
+    is not installed. GPL-2 like alsa-utils, read in place, never copied into the project."""
+
+    clips: dict[str, tuple[np.ndarray, int]] = {}
+    for path in sorted(HUMAN_DIR.glob("*.wav")) if HUMAN_DIR.is_dir() else []:
+        if path.stem == "Noise":
+            continue
+        with wave.open(str(path)) as w:
+            rate, channels = w.getframerate(), w.getnchannels()
+            pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
+        if channels > 1:
+            pcm = pcm.reshape(-1, channels).mean(axis=1).astype(np.int16)
+        loud = np.nonzero(np.abs(pcm.astype(np.int32)) > 600)[0]
+        if loud.size:
+            pcm = pcm[max(0, loud[0] - rate // 50) : loud[-1] + rate // 50]
+        clips[path.stem.replace("_", " ")] = (pcm, rate)
+    return clips
