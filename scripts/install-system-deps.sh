@@ -7,8 +7,9 @@
 #
 # --test adds what only the test suite uses: PulseAudio, its tools and ALSA's pulse plugin (the
 # tests on a real sound server), Chromium (the web page's tests, driven by Playwright) and
-# alsa-utils (its recordings of a person speaking: the voice tests on human speech). A desktop whose sound is PipeWire keeps it: pulseaudio would
-# replace pipewire-pulse, so it is left out there (those tests then skip, saying why).
+# alsa-utils (its recordings of a person speaking: the voice tests on human speech). A
+# desktop whose sound is PipeWire keeps it: pulseaudio would replace pipewire-pulse, so it is
+# left out there (those tests then skip, saying why).
 set -uo pipefail
 packages=(libportaudio2 espeak-ng tmux zsh fish haproxy iproute2 cmake ninja-build g++)
 if [ "${1:-}" = "--test" ]; then
