@@ -175,6 +175,7 @@ complete -c llamactl -n '__fish_seen_subcommand_from serve' -l port -x -d 'Port 
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l api-key -x -d 'Accepted API key(s), comma-separated [none]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l api-key-file -r -F -d 'File with one API key per line'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l sse-ping-interval -x -d 'Seconds of stream silence before a ping; -1 disables [30]'
+complete -c llamactl -n '__fish_seen_subcommand_from serve' -l no-webui -l webui -d 'Serve the chat page at / (docs/webui.md); its API calls need the key [on]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l metrics -d 'Serve Prometheus /metrics [off]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -l max-queue -x -d 'Requests that may wait for a slot; 503 past it [64]'
 complete -c llamactl -n '__fish_seen_subcommand_from serve' -s a -l alias -x -d 'Model id reported by /v1/models; several, comma-separated, all name the model (the id is the first in sorted order, as llama-server picks it)'

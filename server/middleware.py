@@ -55,7 +55,7 @@ def presented_key(scope: Scope) -> str:
     if auth:
         return auth[7:].strip() if auth[:7].lower() == "bearer " else auth
     key = header(scope, b"x-api-key").strip()
-    if key or scope["type"] != "websocket":
+    if key or scope.get("type") != "websocket":
         return key
     for protocol in scope.get("subprotocols", ()):
         if protocol.startswith(KEY_SUBPROTOCOL):

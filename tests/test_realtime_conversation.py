@@ -343,7 +343,9 @@ def test_barge_in_cancels_truncates_and_clears(client):
     assert full.startswith(kept) and len(kept) < len(full)
     # the user's words became the next turn, answered in its own response
     new = [d for d in dones if d["id"] != response_id]
-    assert new and new[-1]["status"] == "completed"
+    # answered (the small model's answer to the cut story may end on the loop guard: that
+    # depends on where the barge-in cut it, which timing decides)
+    assert new and new[-1]["status"] in ("completed", "incomplete")
 
 
 def _done_count(events: list[dict[str, Any]], response_id: str) -> int:

@@ -368,4 +368,4 @@ def test_ps_shows_the_single_model_servers_process(small: LiveServer) -> None:
     assert row["slots_total"] == small.state.engine.config.n_parallel
     assert row["idle_seconds"] >= 0
     table = CliRunner().invoke(cli_app, ["ps", "--url", small.url]).output
-    assert "MiB" in table and f"0/{row['slots_total']}" in table
+    assert re.search(r"\d (KiB|MiB|GiB)", table) and f"0/{row['slots_total']}" in table

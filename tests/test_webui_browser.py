@@ -10,7 +10,6 @@ import json
 import re
 import subprocess
 import sys
-import threading
 import time
 import wave
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from browserkit import launch, watched
-from serverkit import LiveServer, free_port, hermetic_settings, run_server, serve_app
+from serverkit import LiveServer, hermetic_settings, run_server, serve_app
 
 pytestmark = pytest.mark.slow
 sync_api = pytest.importorskip(
@@ -283,16 +282,21 @@ def vision(tmp_path_factory) -> Iterator[LiveServer]:
         yield live
 
 
-def test_an_image_goes_to_a_vision_model(browser, vision, tmp_path) -> None:
+def attach_picture(page: Any, folder: Path) -> None:
+    """Choose a small PNG in the page's file picker (as a user's Attach does)."""
     from imagekit import png
 
-    image = tmp_path / "picture.png"
+    image = folder / "picture.png"
     image.write_bytes(png(64, 48, 1))
+    page.set_input_files("#file", str(image))
+
+
+def test_an_image_goes_to_a_vision_model(browser, vision, tmp_path) -> None:
     with watched(browser, vision.url) as w:
         page = w.page
         page.goto("/")
         set_greedy(page, 8)
-        page.set_input_files("#file", str(image))
+        attach_picture(page, tmp_path)
         page.wait_for_selector("#attachments .chip")
         ask(page, "What is in the picture?")
         page.wait_for_selector(ANSWER, timeout=60_000)
@@ -303,15 +307,11 @@ def test_an_image_goes_to_a_vision_model(browser, vision, tmp_path) -> None:
 
 
 def test_a_text_only_model_says_it_cannot_see(browser, server, tmp_path) -> None:
-    from imagekit import png
-
-    image = tmp_path / "picture.png"
-    image.write_bytes(png(8, 8, 1))
     with watched(browser, server.url) as w:
         page = w.page
         page.goto("/")
         wait_until(lambda: "text only" in (page.get_attribute("#attach", "title") or ""))
-        page.set_input_files("#file", str(image))
+        attach_picture(page, tmp_path)
         page.wait_for_selector("#notice:not([hidden])")
         assert "cannot see images" in page.inner_text("#notice")
         assert page.locator("#attachments .chip").count() == 0
@@ -320,7 +320,7 @@ def test_a_text_only_model_says_it_cannot_see(browser, server, tmp_path) -> None
 # ------------------------------------------------------------------------------ router
 @contextlib.contextmanager
 def router(tmp: Path) -> Iterator[str]:
-    import uvicorn
+    """A router over two presets of the embedded model, both unloaded at start."""
     from llamactl.server.router.app import create_router_app
 
     from llamactl.models import embedded_model_path
@@ -334,23 +334,8 @@ def router(tmp: Path) -> Iterator[str]:
     settings = hermetic_settings({"models_preset": str(preset), "threads": 1})
     launcher = (sys.executable, "-m", "llamactl")
     app = create_router_app(settings, launcher=launcher, load_timeout=60)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
-        assert time.monotonic() < deadline, "the router did not start"
-        time.sleep(0.05)
-    try:
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with serve_app(app, settings) as live:
+        yield live.url
 
 
 def test_the_router_picker_shows_status_and_loads_on_demand(browser, tmp_path) -> None:

@@ -113,12 +113,7 @@ TURN_HELP = {
 def turn_detection(mode: str, eagerness: str = "auto") -> dict[str, Any] | None:
     """`audio.input.turn_detection` for a turn mode of `TURN_MODES` (manual: None)."""
     if mode == "server":
-        return {
-            "type": "server_vad",
-            "threshold": 0.5,
-            "prefix_padding_ms": 300,
-            "silence_duration_ms": 500,
-        }
+        return dict(protocol.SERVER_VAD)
     if mode == "semantic":
         return {"type": "semantic_vad", "eagerness": eagerness}
     if mode == "manual":

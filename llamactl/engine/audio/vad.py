@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llamactl.core.vad_defaults import VAD_PREFIX_PADDING_MS, VAD_SILENCE_MS, VAD_THRESHOLD
+
 VAD_RATE = 16000
 WINDOW = 512  # samples per Silero window at 16 kHz (32 ms)
 _CONTEXT = 64
@@ -22,9 +24,9 @@ _CONTEXT = 64
 class VadConfig:
     """When speech starts and stops. Defaults follow OpenAI's server_vad."""
 
-    threshold: float = 0.5
-    prefix_padding_ms: int = 300  # audio kept before the detected start
-    silence_duration_ms: int = 500  # silence that ends speech
+    threshold: float = VAD_THRESHOLD
+    prefix_padding_ms: int = VAD_PREFIX_PADDING_MS  # audio kept before the detected start
+    silence_duration_ms: int = VAD_SILENCE_MS  # silence that ends speech
     end_padding_ms: int = 200  # audio kept after the last speech window
     max_speech_s: float = 25.0  # longer speech is cut (Whisper reads 30 s windows)
 

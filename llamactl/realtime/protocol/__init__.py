@@ -97,6 +97,7 @@ from .server_events import (
 )
 from .session import (
     EAGERNESS_LEVELS,
+    SERVER_VAD,
     AudioFormat,
     AudioInput,
     AudioOutput,
@@ -178,6 +179,7 @@ __all__ = [
     "TurnDetection",
     "SemanticTurnDetection",
     "EAGERNESS_LEVELS",
+    "SERVER_VAD",
     "UnknownEvent",
     "Usage",
     "check_server_event",

@@ -13,6 +13,13 @@ from pydantic import (
     model_validator,
 )
 
+from llamactl.core.vad_defaults import (
+    SERVER_VAD,
+    VAD_PREFIX_PADDING_MS,
+    VAD_SILENCE_MS,
+    VAD_THRESHOLD,
+)
+
 from ._shape import (
     DEFAULT_RATE,
     MAX_OUTPUT_TOKENS,
@@ -36,6 +43,7 @@ __all__ = [
     "RealtimeSession",
     "TranscriptionSession",
     "EAGERNESS_LEVELS",
+    "SERVER_VAD",
     "SemanticTurnDetection",
     "TurnDetection",
 ]
@@ -109,9 +117,9 @@ class InputTranscription(_Shape):
 
 _TD = "session.audio.input.turn_detection"
 _VAD_BOUNDS: dict[str, tuple[float, float, float]] = {
-    "threshold": (0.0, 1.0, 0.5),
-    "prefix_padding_ms": (0, 5000, 300),
-    "silence_duration_ms": (100, 10000, 500),
+    "threshold": (0.0, 1.0, VAD_THRESHOLD),
+    "prefix_padding_ms": (0, 5000, VAD_PREFIX_PADDING_MS),
+    "silence_duration_ms": (100, 10000, VAD_SILENCE_MS),
 }
 
 
@@ -153,9 +161,9 @@ class TurnDetection(_Shape):
     omittable = frozenset({"create_response", "interrupt_response", "idle_timeout_ms"})
 
     type: Annotated[Literal["server_vad"], BeforeValidator(_kind_of_vad)] = "server_vad"
-    threshold: Annotated[int | float, _check(_vad, "threshold")] = 0.5
-    prefix_padding_ms: Annotated[int, _check(_vad, "prefix_padding_ms")] = 300
-    silence_duration_ms: Annotated[int, _check(_vad, "silence_duration_ms")] = 500
+    threshold: Annotated[int | float, _check(_vad, "threshold")] = VAD_THRESHOLD
+    prefix_padding_ms: Annotated[int, _check(_vad, "prefix_padding_ms")] = VAD_PREFIX_PADDING_MS
+    silence_duration_ms: Annotated[int, _check(_vad, "silence_duration_ms")] = VAD_SILENCE_MS
     create_response: Any = None
     interrupt_response: Any = None
     idle_timeout_ms: Any = None

@@ -23,14 +23,7 @@ DEFAULT_INSTRUCTIONS = (
 
 
 def default_turn_detection() -> dict[str, Any]:
-    return {
-        "type": "server_vad",
-        "threshold": 0.5,
-        "prefix_padding_ms": 300,
-        "silence_duration_ms": 500,
-        "create_response": True,
-        "interrupt_response": True,
-    }
+    return {**protocol.SERVER_VAD, "create_response": True, "interrupt_response": True}
 
 
 @dataclass

@@ -227,6 +227,28 @@ class Response:
             self._emit("response.done", response=self.response_object())
 
     async def _generate(self) -> None:
+        """Wait for the inputs, open the output item, stream the answer, then settle the
+        status; a cancel at any point leaves `reason` set and stops there."""
+        if not await self._inputs_ready():
+            return
+        self.chat = self._start_chat()
+        if self.chat is None:
+            return
+        self._open_output()
+        done = await self._stream_answer(self.chat)
+        if done is not None:
+            self.usage = _usage(done)
+        if self.reason is not None:
+            return
+        if self.speaker is not None:
+            await self.speaker.finish()
+            if self.speaker.error is not None and self.reason is None:
+                raise self.speaker.error
+        if self.reason is None:
+            self._settle(done)
+
+    async def _inputs_ready(self) -> bool:
+        """Wait for the turn's transcripts, or a cancel (False)."""
         waiter = asyncio.ensure_future(self._wait_inputs())
         stop = asyncio.ensure_future(self._cancel.wait())
         try:
@@ -235,11 +257,12 @@ class Response:
             stop.cancel()
         if self.reason is not None:
             waiter.cancel()
-            return
+            return False
         self.transcription_ms = waiter.result()
-        self.chat = self._start_chat()
-        if self.chat is None:
-            return
+        return True
+
+    def _open_output(self) -> None:
+        """The assistant item and its content part, announced; the speaker, for audio."""
         self.item = self._new_item("in_progress")
         self._emit(
             "response.output_item.added", response_id=self.id, output_index=0, item=self.item
@@ -257,17 +280,20 @@ class Response:
                 rate=self.out.rate,
                 send=self._send_audio,
             )
+
+    async def _stream_answer(self, chat: ChatStream) -> Done | None:
+        """The engine's events as response events; the loop guard ends a degenerate answer."""
         done: Done | None = None
         reasoning = ""
         guard = RepetitionGuard.for_speech() if self.audio else RepetitionGuard()
-        async for ev in self.chat:
+        async for ev in chat:
             if isinstance(ev, ContentDelta):
                 if self.looping:
                     continue
                 self._on_text(ev.text)
                 if guard.feed(ev.text):  # a degenerate answer: ended, said in status_details
                     self.looping = True
-                    self.chat.cancel()
+                    chat.cancel()
             elif isinstance(ev, ReasoningDelta):
                 reasoning += ev.text
                 self._emit("response.reasoning.delta", response_id=self.id, delta=ev.text)
@@ -277,16 +303,10 @@ class Response:
                 done = ev
         if reasoning:
             self._emit("response.reasoning.done", response_id=self.id, text=reasoning)
-        if done is not None:
-            self.usage = _usage(done)
-        if self.reason is not None:
-            return
-        if self.speaker is not None:
-            await self.speaker.finish()
-            if self.speaker.error is not None and self.reason is None:
-                raise self.speaker.error
-        if self.reason is not None:
-            return
+        return done
+
+    def _settle(self, done: Done | None) -> None:
+        """The status of a response that ran to its end."""
         if self.looping:
             self.status, self.reason = "incomplete", "repetition"
         elif done is not None and done.finish_reason == "length":
