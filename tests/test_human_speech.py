@@ -50,6 +50,9 @@ def test_a_spoken_turn_by_a_person_gets_a_spoken_answer(live) -> None:
     c = Client(live, "")
     try:
         c.until("session.created")
+        # a short answer: what is tested is the turn, not how long the model talks
+        c.send("session.update", session={"type": "realtime", "max_output_tokens": 24})
+        c.until("session.updated")
         c.append(np.concatenate([silence(0.3, RATE), to_rate(pcm, rate, RATE), silence(1.2, RATE)]))
         events = c.until("response.done", timeout=120)
         kinds = [e["type"] for e in events]
