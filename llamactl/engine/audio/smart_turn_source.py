@@ -11,6 +11,7 @@ Standard library only: setup.py loads this file by path, before any dependency e
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import tempfile
@@ -51,10 +52,13 @@ def fetch_from_pypi(target: Path, *, timeout: float = 60.0) -> Path:
         path = Path(tmp) / "wheel.zip"
         digest = hashlib.sha256()
         url = urljoin(listing, wheel["url"])  # a mirror may list it relative to the listing
-        with urllib.request.urlopen(url, timeout=timeout) as r, open(path, "wb") as out:
-            while block := r.read(1 << 20):
-                digest.update(block)
-                out.write(block)
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as r, open(path, "wb") as out:
+                while block := r.read(1 << 20):
+                    digest.update(block)
+                    out.write(block)
+        except http.client.HTTPException as exc:  # cut off: the callers catch OSError
+            raise OSError(f"the {DISTRIBUTION} wheel's download broke off ({exc!r})") from None
         if digest.hexdigest() != wheel["digests"]["sha256"]:
             raise ValueError(f"the {DISTRIBUTION} wheel's SHA-256 does not match PyPI's")
         part = Path(tmp) / SMART_TURN_FILE
