@@ -107,8 +107,10 @@ class ChatApp(App[None]):
         player_factory: PlayerFactory = open_player,
         list_devices: Callable[[], list[dict[str, Any]]] = input_devices,
         echo_cancel: bool = True,
+        voice: str | None = None,
     ) -> None:
         super().__init__()
+        self.voice = voice  # the answers' voice (None: the server's default)
         self.url = url
         self.api_key = api_key
         self.model = model
@@ -283,6 +285,7 @@ class ChatApp(App[None]):
             audio_out=self.player.available,
             instructions=self.instructions,
             reasoning_budget=self.reasoning_budget,
+            voice=self.voice,
         )
 
     # ------------------------------------------------------------------ sender

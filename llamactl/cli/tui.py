@@ -95,6 +95,15 @@ def tui_command(
             " them on loudspeakers (the mic bar shows AEC). Off: for headphones only.",
         ),
     ] = True,
+    voice: Annotated[
+        str | None,
+        typer.Option(
+            "--voice",
+            help="The answers' voice: a Piper voice (en_US-joe-medium, or joe) sounds natural;"
+            " an eSpeak NG name or OpenAI's (alloy...). `llamactl tts --list-voices` lists them.",
+            metavar="NAME",
+        ),
+    ] = None,
     list_devices: Annotated[
         bool, typer.Option("--list-devices", help="List input devices and exit.")
     ] = False,
@@ -130,6 +139,7 @@ def tui_command(
             reasoning_budget=reasoning_budget,
             source_factory=source_factory,
             echo_cancel=echo_cancel,
+            voice=voice,
         )
         app.run()
     finally:

@@ -131,11 +131,12 @@ def session_config(
     instructions: str | None = None,
     transcription_model: str | None = None,
     reasoning_budget: int | None = None,
+    voice: str | None = None,
 ) -> dict[str, Any]:
     """A conversation's `session.update` body: PCM16 both ways, turns by `turn` (a mode of
     `TURN_MODES`; left out, server VAD if `vad` else push to talk), spoken or text-only
-    answers. The user's speech is always transcribed. `reasoning_budget` bounds each
-    answer's thinking (llamactl's extension)."""
+    answers in `voice` (left out: the server's default). The user's speech is always
+    transcribed. `reasoning_budget` bounds each answer's thinking (llamactl's extension)."""
     detection = turn_detection(turn or ("server" if vad else "manual"), eagerness)
     transcription = {"model": transcription_model} if transcription_model else {}
     fields: dict[str, Any] = {
@@ -150,6 +151,8 @@ def session_config(
             "output": {"format": {"type": "audio/pcm", "rate": rate}},
         },
     }
+    if voice:
+        fields["audio"]["output"]["voice"] = voice
     if instructions:
         fields["instructions"] = instructions
     if reasoning_budget is not None:

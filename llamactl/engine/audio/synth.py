@@ -1,9 +1,10 @@
 """Speech out: the `Synthesizer` interface every text-to-speech backend implements.
 
 Front ends (`llamactl tts`, `POST /tts`, `/v1/audio/speech`) only see this interface, so a
-backend is pluggable: eSpeak NG (`synth_espeak`) ships today and works offline out of the box;
-a llama.cpp `mtmd` backend (pocket-tts, Qwen3-TTS) can be registered under another name with
-`register_backend` without touching the front ends.
+backend is pluggable: eSpeak NG (`synth_espeak`) and Piper's neural voices (`synth_piper`)
+ship today and work offline out of the box; a llama.cpp `mtmd` backend (pocket-tts,
+Qwen3-TTS) can be registered under another name with `register_backend` without touching
+the front ends.
 """
 
 from __future__ import annotations
@@ -102,12 +103,18 @@ def register_backend(name: str, factory: Callable[[], Synthesizer]) -> None:
     _BACKENDS[name] = factory
 
 
-def open_synthesizer(backend: str = "espeak") -> Synthesizer:
-    """The named backend; eSpeak NG is the default because it needs no model file."""
-    if backend == "espeak" and backend not in _BACKENDS:
+def open_synthesizer(backend: str = "embedded") -> Synthesizer:
+    """The named backend. `embedded` (the default) needs no model file: eSpeak NG's voices
+    and the installed Piper voices, picked by voice name (`synth_all`); `espeak` and `piper`
+    are each alone."""
+    if "embedded" not in _BACKENDS:
+        from .synth_all import open_embedded
         from .synth_espeak import EspeakSynthesizer
+        from .synth_piper import PiperSynthesizer
 
-        register_backend("espeak", EspeakSynthesizer)
+        _BACKENDS.setdefault("embedded", open_embedded)
+        _BACKENDS.setdefault("espeak", EspeakSynthesizer)
+        _BACKENDS.setdefault("piper", PiperSynthesizer)
     try:
         factory = _BACKENDS[backend]
     except KeyError:

@@ -42,11 +42,31 @@ _POS_CHARACTER = 1
 _CHARS_UTF8 = 1
 _EE_OK = 0
 _GENDERS = {1: "male", 2: "female"}
+_IPA = 0x02  # espeak_TextToPhonemes phonememode: UTF-8 IPA rather than eSpeak's ASCII names
+_ENDINGS = b",.;:!?"
 _CALLBACK = ctypes.CFUNCTYPE(
     ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p
 )
 
 _LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One clause of text in IPA and the punctuation that ended it (`""` if none)."""
+
+    ipa: str
+    ending: str
+
+
+def _clause_ending(read: bytes) -> str:
+    """The punctuation that ended the clause eSpeak just read. eSpeak reads a character or
+    two past the clause (its pointer lands inside the next word) and does not return the
+    punctuation, so it is the last of `,.;:!?` followed by a space or the end of the text."""
+    for i in range(len(read) - 1, -1, -1):
+        if read[i] in _ENDINGS and (i + 1 == len(read) or read[i + 1 : i + 2].isspace()):
+            return chr(read[i])
+    return ""
 
 
 @dataclass(frozen=True)
@@ -168,6 +188,31 @@ class EspeakSynthesizer(Synthesizer):
                     "voice without mbrola?); `llamactl tts --list-voices` lists them"
                 )
         return self._stream(text, voice_id, wpm)
+
+    def phonemes(self, text: str, voice: str) -> list[Clause]:
+        """`text` as eSpeak reads it, clause by clause, in IPA: what a neural voice trained
+        on eSpeak's phonemes (Piper) speaks from. A fresh instance reads it, so the same text
+        always gives the same phonemes and readers run side by side."""
+        check_text(text)
+        with _LOCK:
+            voice_id = self._voice_id(voice)
+        data = text.encode("utf-8")
+        clauses: list[Clause] = []
+        with self._instances.instance() as lib:
+            if lib.espeak_SetVoiceByName(voice_id) != _EE_OK:
+                raise SynthesisError(f"eSpeak NG cannot load the voice {voice!r}")
+            buffer = ctypes.create_string_buffer(data + b"\0")
+            base = ctypes.addressof(buffer)
+            cursor = ctypes.c_void_p(base)
+            while cursor.value:
+                start = cursor.value - base
+                read = lib.espeak_TextToPhonemes(ctypes.byref(cursor), _CHARS_UTF8, _IPA)
+                end = cursor.value - base if cursor.value else len(data)
+                ipa = (read or b"").decode("utf-8", errors="replace").strip()
+                ending = _clause_ending(data[start:end])
+                if ipa or ending:
+                    clauses.append(Clause(ipa, ending))
+        return clauses
 
     def _stream(self, text: str, voice_id: bytes, wpm: int) -> Iterator[np.ndarray]:
         """Generator: nothing runs until the first `next()`; closing it cancels eSpeak."""

@@ -45,6 +45,13 @@ def load_library(path: str) -> ctypes.CDLL:
     lib.espeak_Synchronize.restype = ctypes.c_int
     lib.espeak_ListVoices.argtypes = [ctypes.c_void_p]
     lib.espeak_ListVoices.restype = ctypes.POINTER(ctypes.POINTER(EspeakVoice))
+    # textptr (advanced past the clause it read, NULL at the end), textmode, phonememode
+    lib.espeak_TextToPhonemes.argtypes = [
+        ctypes.POINTER(ctypes.c_void_p),
+        ctypes.c_int,
+        ctypes.c_int,
+    ]
+    lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
     return lib
 
 
