@@ -93,6 +93,7 @@ from .server_events import (
     check_server_event,
     error_event,
     read_server_event,
+    refusal,
     refusal_event,
 )
 from .session import (
@@ -188,5 +189,6 @@ __all__ = [
     "error_event",
     "new_id",
     "read_server_event",
+    "refusal",
     "refusal_event",
 ]

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import (
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
 )
 from typing_extensions import Self
@@ -59,6 +60,7 @@ __all__ = [
     "check_server_event",
     "error_event",
     "read_server_event",
+    "refusal",
     "refusal_event",
 ]
 
@@ -117,25 +119,55 @@ def error_event(
     event_id: str | None = None,
 ) -> dict[str, Any]:
     """An `error` event as the server sends it."""
+    return _error(message, type_=type_, code=code, param=param, event_id=event_id).wire()
+
+
+def _error(
+    message: str, *, type_: str, code: str | None, param: str | None, event_id: str | None
+) -> ErrorEvent:
     error = {"type": type_, "code": code, "message": message, "param": param}
-    return ErrorEvent.build(error={**error, "event_id": event_id}).wire()
+    return ErrorEvent.build(error={**error, "event_id": event_id})
+
+
+def refusal(exc: ProtocolError, event_id: str | None = None) -> ErrorEvent:
+    """The `error` event for a refused client event (`event_id`: the refused event's id)."""
+    return _error(exc.message, type_=exc.type, code=exc.code, param=exc.param, event_id=event_id)
 
 
 def refusal_event(exc: ProtocolError, event_id: str | None = None) -> dict[str, Any]:
-    """The `error` event for a refused client event (`event_id`: the refused event's id)."""
-    return error_event(
-        exc.message, type_=exc.type, code=exc.code, param=exc.param, event_id=event_id
-    )
+    """`refusal(...)` as sent."""
+    return refusal(exc, event_id).wire()
 
 
-class SessionCreated(ServerEvent):
+class _SessionEvent(ServerEvent):
+    """`session.created` / `.updated`. The session models read a client's partial update and
+    normalize it (a null `include` reads as `[]`, keys come out in field order), so a session
+    the server built is checked against them but sent as built, not rewritten."""
+
+    session: Session = Field(default_factory=RealtimeSession)
+    _built: dict[str, Any] | None = PrivateAttr(default=None)
+
+    @classmethod
+    def build(cls, **fields: Any) -> Self:
+        built = super().build(**fields)
+        session = fields.get("session")
+        if isinstance(session, dict):
+            built._built = session
+        return built
+
+    def wire(self) -> dict[str, Any]:
+        data = super().wire()
+        if self._built is not None:
+            data["session"] = self._built
+        return data
+
+
+class SessionCreated(_SessionEvent):
     type: Literal["session.created"] = "session.created"
-    session: Session = Field(default_factory=RealtimeSession)
 
 
-class SessionUpdated(ServerEvent):
+class SessionUpdated(_SessionEvent):
     type: Literal["session.updated"] = "session.updated"
-    session: Session = Field(default_factory=RealtimeSession)
 
 
 class SpeechStarted(ServerEvent):
