@@ -29,7 +29,6 @@ from llamactl.realtime.errors import ProtocolError
 
 from ...middleware import REALTIME_SUBPROTOCOL
 from ...state import ServerState
-from .events import event
 from .session import RealtimeSession
 from .wire import OFF_LOOP_CHARS, decode_event, encode_event
 
@@ -72,11 +71,11 @@ class Connection:
         self._dropped = False  # the client fell too far behind and is being dropped
 
     # ---------------------------------------------------------------- output
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, event: protocol.ServerEvent) -> None:
         """Queue a server event (event-loop thread only)."""
         if self._closing:
             return
-        text = encode_event(message)
+        text = encode_event(event)
         if self._queued + len(text) > MAX_QUEUED_BYTES:
             self._drop_client()
             return
@@ -98,7 +97,7 @@ class Connection:
                 task.cancel()
 
     def send_error(self, exc: ProtocolError, event_id: str | None = None) -> None:
-        self.send(protocol.refusal_event(exc, event_id))
+        self.send(protocol.refusal(exc, event_id))
 
     def close_soon(self) -> None:
         """Close the socket after the events queued so far (fatal session errors)."""
@@ -146,7 +145,7 @@ class Connection:
         )
         error = ProtocolError(message, type_="server_error", code="too_many_sessions")
         with contextlib.suppress(Exception):
-            await self.ws.send_text(encode_event(protocol.refusal_event(error)))
+            await self.ws.send_text(encode_event(protocol.refusal(error)))
             await asyncio.wait_for(
                 self.ws.close(code=CLOSE_TRY_LATER, reason="too many realtime sessions"),
                 timeout=_CLOSE_TIMEOUT,
@@ -203,10 +202,10 @@ class Connection:
                 self.close_soon()
             return
         if session.live and session is self.session:
-            self.send(event("session.created", session=session.session_object()))
+            self.send(protocol.SessionCreated.build(session=session.session_object()))
             if self._reply_after_start:
                 self._reply_after_start = False
-                self.send(event("session.updated", session=session.session_object()))
+                self.send(protocol.SessionUpdated.build(session=session.session_object()))
 
     async def _read(self) -> None:
         while not self._dropped:  # dropped while handling the last event: stop here
@@ -248,7 +247,7 @@ class Connection:
         type_ = client_event["type"]
         session = self.session
         assert session is not None
-        if type_ != "session.update":
+        if protocol.CLIENT_EVENTS.get(type_) is not protocol.SessionUpdate:
             await session.handle(type_, client_event)
             return
         update = protocol.SessionUpdate.parse(client_event).session
@@ -274,6 +273,6 @@ class Connection:
             return
         await session.update(update)
         if session.live:
-            self.send(event("session.updated", session=session.session_object()))
+            self.send(protocol.SessionUpdated.build(session=session.session_object()))
         else:
             self._reply_after_start = True  # answered right after session.created

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import copy
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -42,6 +43,7 @@ from llamactl import (
     StreamFailed,
 )
 from llamactl.realtime import protocol
+from llamactl.realtime.protocol import new_id
 
 from ...speech.synthesis import synthesizer
 from ..voices import openai_voice
@@ -53,7 +55,6 @@ from .conversation_config import (
     merge,
     new_config,
 )
-from .events import event, new_id
 from .response import Response
 from .speaker import Speaker
 from .transcription import TranscriptionSession, check_semantic
@@ -172,19 +173,22 @@ class ConversationSession(TranscriptionSession):
     async def handle(self, type_: str, client_event: dict[str, Any]) -> None:
         if type_.startswith("input_audio_buffer."):
             await super().handle(type_, client_event)
-            if type_ == "input_audio_buffer.commit":
+            if protocol.CLIENT_EVENTS.get(type_) is protocol.InputAudioBufferCommit:
                 self._commits_asked += 1
                 self._caught_up.clear()
             return
-        handler = {
-            "conversation.item.create": self._item_create,
-            "conversation.item.delete": self._item_delete,
-            "conversation.item.retrieve": self._item_retrieve,
-            "conversation.item.truncate": self._item_truncate,
-            "response.create": self._response_create,
-            "response.cancel": self._response_cancel,
-            "output_audio_buffer.clear": self._output_clear,
-        }.get(type_)
+        handlers: dict[type[protocol.ClientEvent], Callable[[dict[str, Any]], Awaitable[None]]]
+        handlers = {
+            protocol.ConversationItemCreate: self._item_create,
+            protocol.ConversationItemDelete: self._item_delete,
+            protocol.ConversationItemRetrieve: self._item_retrieve,
+            protocol.ConversationItemTruncate: self._item_truncate,
+            protocol.ResponseCreate: self._response_create,
+            protocol.ResponseCancel: self._response_cancel,
+            protocol.OutputAudioBufferClear: self._output_clear,
+        }
+        kind = protocol.CLIENT_EVENTS.get(type_)
+        handler = handlers.get(kind) if kind is not None else None
         if handler is None:
             raise ProtocolError(
                 f"'{type_}' is not a client event of realtime sessions",
@@ -260,11 +264,11 @@ class ConversationSession(TranscriptionSession):
             self._pending_item_audio -= seconds
             raise
         self._client_chars += chars
-        self.conn.send(event("conversation.item.added", previous_item_id=after, item=data))
+        self.conn.send(protocol.ConversationItemAdded.build(previous_item_id=after, item=data))
         if audio:
             self._spawn(self._transcribe_item(item, audio, seconds))
         else:
-            self.conn.send(event("conversation.item.done", previous_item_id=after, item=data))
+            self.conn.send(protocol.ConversationItemDone.build(previous_item_id=after, item=data))
 
     def _parse_item(self, new: protocol.NewItem) -> tuple[dict[str, Any], list[tuple[int, Any]]]:
         """The item in the GA shape (audio data dropped) and any input audio to transcribe,
@@ -350,8 +354,7 @@ class ConversationSession(TranscriptionSession):
                     handle.cancel()
                 item.data["content"][index]["transcript"] = transcript
                 self.conn.send(
-                    event(
-                        "conversation.item.input_audio_transcription.completed",
+                    protocol.InputTranscriptionCompleted.build(
                         item_id=item.id,
                         content_index=index,
                         transcript=transcript,
@@ -363,8 +366,7 @@ class ConversationSession(TranscriptionSession):
                 )
         except Exception as exc:
             self.conn.send(
-                event(
-                    "conversation.item.input_audio_transcription.failed",
+                protocol.InputTranscriptionFailed.build(
                     item_id=item.id,
                     content_index=0,
                     error={
@@ -379,10 +381,8 @@ class ConversationSession(TranscriptionSession):
             if not item.transcribed.done():
                 item.transcribed.set_result((time.monotonic() - t0) * 1000)
             self.conn.send(
-                event(
-                    "conversation.item.done",
-                    previous_item_id=self._previous_of(item.id),
-                    item=item.data,
+                protocol.ConversationItemDone.build(
+                    previous_item_id=self._previous_of(item.id), item=item.data
                 )
             )
 
@@ -392,11 +392,11 @@ class ConversationSession(TranscriptionSession):
         self._client_chars -= item.client_chars
         if not item.transcribed.done():
             item.transcribed.set_result(0.0)
-        self.conn.send(event("conversation.item.deleted", item_id=item.id))
+        self.conn.send(protocol.ConversationItemDeleted.build(item_id=item.id))
 
     async def _item_retrieve(self, raw: dict[str, Any]) -> None:
         item = self.items[self._index(protocol.ConversationItemRetrieve.parse(raw).item_id)]
-        self.conn.send(event("conversation.item.retrieved", item=item.data))
+        self.conn.send(protocol.ConversationItemRetrieved.build(item=item.data))
 
     async def _item_truncate(self, raw: dict[str, Any]) -> None:
         ev = protocol.ConversationItemTruncate.parse(raw)
@@ -421,11 +421,8 @@ class ConversationSession(TranscriptionSession):
         if part is not None:
             part["transcript"] = item.speaker.heard_text(part.get("transcript") or "", audio_end_ms)
         self.conn.send(
-            event(
-                "conversation.item.truncated",
-                item_id=item.id,
-                content_index=0,
-                audio_end_ms=audio_end_ms,
+            protocol.ConversationItemTruncated.build(
+                item_id=item.id, content_index=0, audio_end_ms=audio_end_ms
             )
         )
 
@@ -573,7 +570,7 @@ class ConversationSession(TranscriptionSession):
             if r.active:
                 await r.cancel(reason)
             if r.audio:
-                self.conn.send(event("output_audio_buffer.cleared", response_id=r.id))
+                self.conn.send(protocol.OutputAudioBufferCleared.build(response_id=r.id))
             if r.audio and r.in_conversation and r.speaker is not None:
                 for item in self.items:
                     if item.id == r.item_id:
@@ -616,7 +613,9 @@ class ConversationSession(TranscriptionSession):
                 if self._commits_made >= self._commits_asked:
                     self._caught_up.set()
             super()._on_event(ev)  # input_audio_buffer.committed, then any held deltas
-            self.conn.send(event("conversation.item.added", previous_item_id=previous, item=data))
+            self.conn.send(
+                protocol.ConversationItemAdded.build(previous_item_id=previous, item=data)
+            )
             self._items_by_stream[ev.item] = item
             if ev.auto and self.rt.create_response:
                 # not awaited here: the active response may be waiting for a transcript that
@@ -631,10 +630,8 @@ class ConversationSession(TranscriptionSession):
                     heard.transcribed.set_result((time.monotonic() - heard.committed_at) * 1000)
                 if any(i is heard for i in self.items):
                     self.conn.send(
-                        event(
-                            "conversation.item.done",
-                            previous_item_id=self._previous_of(heard.id),
-                            item=heard.data,
+                        protocol.ConversationItemDone.build(
+                            previous_item_id=self._previous_of(heard.id), item=heard.data
                         )
                     )
         elif isinstance(ev, (SpeechStopped, Final, Cleared, StreamFailed)):

@@ -31,13 +31,14 @@ from llamactl import (
     RepetitionGuard,
     ToolCallDelta,
 )
+from llamactl.realtime import protocol
+from llamactl.realtime.protocol import new_id
 
 from ...common import sampling_params
 from ...state import ServerState
 from ..chat import serving as chat_serving
 from ..voices import openai_voice
 from .conversation_config import OutputConfig
-from .events import event, new_id
 from .speaker import Speaker
 
 log = logging.getLogger("llamactl.server.openai.realtime")
@@ -53,7 +54,7 @@ class Response:
         *,
         state: ServerState,
         synth: Callable[[], Any],
-        send: Callable[[dict[str, Any]], None],
+        send: Callable[[protocol.ServerEvent], None],
         out: OutputConfig,
         messages: Callable[[], list[dict[str, Any]]],
         in_conversation: bool,
@@ -128,9 +129,6 @@ class Response:
         self.task = asyncio.create_task(self.run())
 
     # ------------------------------------------------------------- events
-    def _emit(self, type_: str, **fields: Any) -> None:
-        self._send(event(type_, **fields))
-
     def _part_fields(self) -> dict[str, Any]:
         return {
             "response_id": self.id,
@@ -203,7 +201,7 @@ class Response:
 
     # ---------------------------------------------------------------- run
     async def run(self) -> None:
-        self._emit("response.created", response=self.response_object())
+        self._send(protocol.ResponseCreated.build(response=self.response_object()))
         try:
             await self._generate()
         except Exception as exc:
@@ -224,7 +222,7 @@ class Response:
             if self.status == "in_progress":
                 self.status = "cancelled" if self.reason else "failed"
             self._close_item()
-            self._emit("response.done", response=self.response_object())
+            self._send(protocol.ResponseDone.build(response=self.response_object()))
 
     async def _generate(self) -> None:
         """Wait for the inputs, open the output item, stream the answer, then settle the
@@ -264,14 +262,16 @@ class Response:
     def _open_output(self) -> None:
         """The assistant item and its content part, announced; the speaker, for audio."""
         self.item = self._new_item("in_progress")
-        self._emit(
-            "response.output_item.added", response_id=self.id, output_index=0, item=self.item
+        self._send(
+            protocol.OutputItemAdded.build(response_id=self.id, output_index=0, item=self.item)
         )
         if self.in_conversation:
             previous = self._add_item(self.item)
-            self._emit("conversation.item.added", previous_item_id=previous, item=self.item)
+            self._send(
+                protocol.ConversationItemAdded.build(previous_item_id=previous, item=self.item)
+            )
         part = {"type": "audio", "transcript": ""} if self.audio else {"type": "text", "text": ""}
-        self._emit("response.content_part.added", **self._part_fields(), part=part)
+        self._send(protocol.ContentPartAdded.build(**self._part_fields(), part=part))
         if self.audio:
             self.speaker = Speaker(
                 self._synth(),
@@ -296,13 +296,13 @@ class Response:
                     chat.cancel()
             elif isinstance(ev, ReasoningDelta):
                 reasoning += ev.text
-                self._emit("response.reasoning.delta", response_id=self.id, delta=ev.text)
+                self._send(protocol.ReasoningDelta.build(response_id=self.id, delta=ev.text))
             elif isinstance(ev, ToolCallDelta):
                 continue  # sessions refuse tools, so none are asked for
             elif isinstance(ev, Done):
                 done = ev
         if reasoning:
-            self._emit("response.reasoning.done", response_id=self.id, text=reasoning)
+            self._send(protocol.ReasoningDone.build(response_id=self.id, text=reasoning))
         return done
 
     def _settle(self, done: Done | None) -> None:
@@ -349,20 +349,16 @@ class Response:
         if self.first_text_at is None:
             self.first_text_at = time.monotonic()
         self.text += text
-        kind = (
-            "response.output_audio_transcript.delta" if self.audio else "response.output_text.delta"
-        )
-        self._emit(kind, **self._part_fields(), delta=text)
+        kind = protocol.AudioTranscriptDelta if self.audio else protocol.TextDelta
+        self._send(kind.build(**self._part_fields(), delta=text))
         if self.speaker is not None:
             self.speaker.feed(text)
 
     def _send_audio(self, pcm: bytes) -> None:
         if self.first_audio_at is None:
             self.first_audio_at = time.monotonic()
-        self._emit(
-            "response.output_audio.delta",
-            **self._part_fields(),
-            delta=base64.b64encode(pcm).decode(),
+        self._send(
+            protocol.AudioDelta.build(**self._part_fields(), delta=base64.b64encode(pcm).decode())
         )
 
     def _close_item(self) -> None:
@@ -371,18 +367,22 @@ class Response:
             return
         fields = self._part_fields()
         if self.audio:
-            self._emit("response.output_audio.done", **fields)
-            self._emit("response.output_audio_transcript.done", **fields, transcript=self.text)
+            self._send(protocol.AudioDone.build(**fields))
+            self._send(protocol.AudioTranscriptDone.build(**fields, transcript=self.text))
             part = {"type": "audio", "transcript": self.text}
         else:
-            self._emit("response.output_text.done", **fields, text=self.text)
+            self._send(protocol.TextDone.build(**fields, text=self.text))
             part = {"type": "text", "text": self.text}
-        self._emit("response.content_part.done", **fields, part=part)
+        self._send(protocol.ContentPartDone.build(**fields, part=part))
         self.item = self._new_item("completed" if self.status == "completed" else "incomplete")
-        self._emit("response.output_item.done", response_id=self.id, output_index=0, item=self.item)
+        self._send(
+            protocol.OutputItemDone.build(response_id=self.id, output_index=0, item=self.item)
+        )
         if self.in_conversation:
             previous = self._finish_item(self.item)
-            self._emit("conversation.item.done", previous_item_id=previous, item=self.item)
+            self._send(
+                protocol.ConversationItemDone.build(previous_item_id=previous, item=self.item)
+            )
 
 
 def _usage(done: Done) -> dict[str, Any]:

@@ -35,13 +35,22 @@ from llamactl import (
     TranscriptionStream,
 )
 from llamactl.realtime import protocol
+from llamactl.realtime.protocol import new_id
 
 from ...speech.transcription import audio_service
 from ...state import ServerState
-from .events import event, new_id
 from .session import RealtimeSession
 from .transcription_config import TranscriptionConfig, merge
 from .wire import OFF_LOOP_CHARS
+
+__all__ = ["TranscriptionSession", "check_semantic"]
+
+# the client events of a transcription session
+_AUDIO_EVENTS: tuple[type[protocol.ClientEvent], ...] = (
+    protocol.InputAudioBufferAppend,
+    protocol.InputAudioBufferCommit,
+    protocol.InputAudioBufferClear,
+)
 
 
 class TranscriptionSession(RealtimeSession):
@@ -56,7 +65,7 @@ class TranscriptionSession(RealtimeSession):
         self._loop = asyncio.get_running_loop()
         self._ids: dict[int, str] = {}
         self._committed: set[int] = set()
-        self._held: dict[int, list[dict[str, Any]]] = {}
+        self._held: dict[int, list[protocol.ServerEvent]] = {}
         self._previous: str | None = None
         self._closed = False
         state: ServerState = conn.app.state.llamactl
@@ -148,11 +157,8 @@ class TranscriptionSession(RealtimeSession):
 
     # ---------------------------------------------------------- client events
     async def handle(self, type_: str, client_event: dict[str, Any]) -> None:
-        if type_ not in (
-            "input_audio_buffer.append",
-            "input_audio_buffer.commit",
-            "input_audio_buffer.clear",
-        ):
+        kind = protocol.CLIENT_EVENTS.get(type_)
+        if kind not in _AUDIO_EVENTS:
             raise ProtocolError(
                 f"'{type_}' is not a client event of transcription sessions (they take "
                 "session.update and input_audio_buffer.append / commit / clear)",
@@ -167,7 +173,7 @@ class TranscriptionSession(RealtimeSession):
                 code="session_not_ready",
             )
         try:
-            if type_ == "input_audio_buffer.append":
+            if kind is protocol.InputAudioBufferAppend:
                 audio = protocol.InputAudioBufferAppend.parse(client_event).audio
                 rate = self.config.rate
                 if len(audio) > OFF_LOOP_CHARS:
@@ -175,11 +181,11 @@ class TranscriptionSession(RealtimeSession):
                     await run_in_threadpool(_append, stream, audio, rate)
                 else:
                     _append(stream, audio, rate)
-            elif type_ == "input_audio_buffer.commit":
+            elif kind is protocol.InputAudioBufferCommit:
                 stream.commit()
             else:
                 stream.clear()
-                self.conn.send(event("input_audio_buffer.cleared"))
+                self.conn.send(protocol.InputAudioBufferCleared.build())
         except ProtocolError:
             raise  # refused already, with its own code
         except BufferFullError as exc:
@@ -207,8 +213,7 @@ class TranscriptionSession(RealtimeSession):
         if isinstance(ev, SpeechStarted):
             if vad_on:
                 self.conn.send(
-                    event(
-                        "input_audio_buffer.speech_started",
+                    protocol.SpeechStarted.build(
                         audio_start_ms=int(ev.position * 1000),
                         item_id=self._item_id(ev.item),
                     )
@@ -216,8 +221,7 @@ class TranscriptionSession(RealtimeSession):
         elif isinstance(ev, SpeechStopped):
             if vad_on:
                 self.conn.send(
-                    event(
-                        "input_audio_buffer.speech_stopped",
+                    protocol.SpeechStopped.build(
                         audio_end_ms=int(ev.position * 1000),
                         item_id=self._item_id(ev.item),
                     )
@@ -225,8 +229,7 @@ class TranscriptionSession(RealtimeSession):
         elif isinstance(ev, Committed):
             item_id = self._item_id(ev.item)
             self.conn.send(
-                event(
-                    "input_audio_buffer.committed",
+                protocol.InputAudioBufferCommitted.build(
                     previous_item_id=self._previous,
                     item_id=item_id,
                     # llamactl extension: where the item's audio starts and ends
@@ -239,8 +242,7 @@ class TranscriptionSession(RealtimeSession):
             for held in self._held.pop(ev.item, []):
                 self.conn.send(held)
         elif isinstance(ev, Final):
-            delta = event(
-                "conversation.item.input_audio_transcription.delta",
+            delta = protocol.InputTranscriptionDelta.build(
                 item_id=self._item_id(ev.item),
                 content_index=0,
                 delta=ev.delta,
@@ -251,8 +253,7 @@ class TranscriptionSession(RealtimeSession):
                 self._held.setdefault(ev.item, []).append(delta)
         elif isinstance(ev, Completed):
             self.conn.send(
-                event(
-                    "conversation.item.input_audio_transcription.completed",
+                protocol.InputTranscriptionCompleted.build(
                     item_id=self._item_id(ev.item),
                     content_index=0,
                     transcript=ev.transcript,

@@ -3,8 +3,8 @@
 A client frame can hold strings that have no UTF-8 form (`"\\ud800"` is valid JSON but a lone
 surrogate), nesting deep enough to exhaust the parser's recursion, or a 15 MiB base64 append:
 each is either refused here as a `ProtocolError` naming where it is, or (for size) parsed on a
-worker thread by the caller. Server events are serialized once, when queued, so the writer only
-sends text and the queue can be measured in bytes.
+worker thread by the caller. Server events (the protocol's models) are serialized here, once,
+when queued, so the writer only sends text and the queue can be measured in bytes.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from llamactl.realtime.errors import ProtocolError
+from llamactl.realtime.protocol import ServerEvent
 
 __all__ = ["OFF_LOOP_CHARS", "decode_event", "encode_event", "lone_surrogate_at"]
 
@@ -72,9 +73,10 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def encode_event(message: dict[str, Any]) -> str:
+def encode_event(event: ServerEvent) -> str:
     """A server event as the text of one frame. Text that came from elsewhere (a model, a
     transcript) with a lone surrogate in it is sent escaped rather than failing the socket."""
+    message = event.wire()
     text = json.dumps(message, ensure_ascii=False)
     if _encodable(text):
         return text
