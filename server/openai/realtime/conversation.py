@@ -1,8 +1,8 @@
 """Realtime conversation sessions (`session.type: "realtime"`): speech in, answers out.
 
-The session keeps the conversation (GA items), transcribes committed user audio with the
-transcription session's stream (so commits, VAD and the "committed before its transcript"
-order are the same), and answers with `Response`s run on the shared chat engine: each
+The session keeps the conversation (GA items, in a `ConversationItems`), transcribes committed
+user audio with the transcription session's stream (so commits, VAD and the "committed before
+its transcript" order are the same), and answers with `Response`s run on the shared chat engine: each
 response is one engine request, batched with every other session's, and sampled from its own
 logits row, so concurrent sessions never mix outputs.
 
@@ -55,29 +55,12 @@ from .conversation_config import (
     merge,
     new_config,
 )
+from .items import ConversationItems, Item, chat_messages, cut
 from .response import Response
-from .speaker import Speaker
 from .transcription import TranscriptionSession, check_semantic
 from .wire import OFF_LOOP_CHARS
 
-MAX_ITEMS = 4096
 MAX_ACTIVE_RESPONSES = 4  # out-of-band ones included: one session cannot fill the engine queue
-MAX_CLIENT_TEXT = 1024 * 1024  # characters of text in the items a client creates (~250k tokens)
-
-
-class _Item:
-    """A conversation item and what the server knows about it beyond its GA shape."""
-
-    def __init__(self, data: dict[str, Any]) -> None:
-        self.data = data
-        self.transcribed: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        self.committed_at = time.monotonic()
-        self.speaker: Speaker | None = None  # assistant audio: maps audio back to text
-        self.client_chars = 0  # text the client wrote into it (conversation.item.create)
-
-    @property
-    def id(self) -> str:
-        return self.data["id"]
 
 
 class ConversationSession(TranscriptionSession):
@@ -88,18 +71,17 @@ class ConversationSession(TranscriptionSession):
         self.state = conn.app.state.llamactl
         self.rt: RealtimeConfig = new_config(self.state.model_id, "")
         self.config = self.rt.input
-        self.items: list[_Item] = []
+        self.items = ConversationItems()
         self.responses: list[Response] = []
         self._queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
         self._pump: asyncio.Task[None] | None = None
-        self._items_by_stream: dict[int, _Item] = {}
+        self._items_by_stream: dict[int, Item] = {}
         self._commits_asked = 0  # manual commits sent by the client
         self._commits_made = 0  # ... and the ones whose item exists
         self._caught_up = asyncio.Event()
         self._caught_up.set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pending_item_audio = 0.0  # seconds of created items' audio not yet transcribed
-        self._client_chars = 0  # text in the items the client created (MAX_CLIENT_TEXT)
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -206,64 +188,26 @@ class ConversationSession(TranscriptionSession):
         await handler(client_event)
 
     # ------------------------------------------------------- conversation items
-    def _index(self, item_id: Any) -> int:
-        for i, item in enumerate(self.items):
-            if item.id == item_id:
-                return i
-        raise ProtocolError(
-            f"no conversation item with id '{item_id}'", code="item_not_found", param="item_id"
-        )
-
-    def _insert(self, item: _Item, previous: str | None = None) -> str | None:
-        """Add `item` after `previous` (None: at the end, "root": first); returns the id of
-        the item now before it."""
-        if len(self.items) >= MAX_ITEMS:
-            raise ProtocolError(
-                f"the conversation holds at most {MAX_ITEMS} items; delete some first",
-                code="conversation_full",
-            )
-        if previous is None:
-            at = len(self.items)
-        elif previous == "root":
-            at = 0
-        else:
-            at = self._index(previous) + 1
-        self.items.insert(at, item)
-        return self.items[at - 1].id if at > 0 else None
-
-    def _previous_of(self, item_id: str) -> str | None:
-        for i, item in enumerate(self.items):
-            if item.id == item_id:
-                return self.items[i - 1].id if i > 0 else None
-        return None
-
     async def _item_create(self, raw: dict[str, Any]) -> None:
         ev = protocol.ConversationItemCreate.parse(raw)
         previous = ev.previous_item_id
         if previous not in (None, "root"):
-            self._index(previous)
+            self.items.index(previous)
         data, encoded = self._parse_item(ev.item)
         audio = await _decode_parts(encoded)
         chars = sum(len(p.get("text") or p.get("transcript") or "") for p in data["content"])
-        if self._client_chars + chars > MAX_CLIENT_TEXT:
-            raise ProtocolError(
-                f"the conversation holds at most {MAX_CLIENT_TEXT} characters of client text "
-                f"({self._client_chars} now, this item {chars}); delete some items first",
-                code="conversation_full",
-                param="item.content",
-            )
+        self.items.check_client_text(chars)
         seconds = sum(len(pcm) for _, pcm in audio) / 2 / self.config.rate
         self._reserve_item_audio(seconds)
-        item = _Item(data)
+        item = Item(data)
         item.client_chars = chars
         if not audio:
             item.transcribed.set_result(0.0)
         try:
-            after = self._insert(item, previous)
+            after = self.items.insert(item, previous)
         except ProtocolError:
             self._pending_item_audio -= seconds
             raise
-        self._client_chars += chars
         self.conn.send(protocol.ConversationItemAdded.build(previous_item_id=after, item=data))
         if audio:
             self._spawn(self._transcribe_item(item, audio, seconds))
@@ -274,7 +218,7 @@ class ConversationSession(TranscriptionSession):
         """The item in the GA shape (audio data dropped) and any input audio to transcribe,
         still base64 (see `_decode_parts`)."""
         item_id = new.id or new_id("item_")
-        if any(i.id == item_id for i in self.items):
+        if self.items.find(item_id) is not None:
             raise ProtocolError(
                 f"an item with id '{item_id}' already exists", code="item_exists", param="item.id"
             )
@@ -317,7 +261,7 @@ class ConversationSession(TranscriptionSession):
         self._pending_item_audio += seconds
 
     async def _transcribe_item(
-        self, item: _Item, audio: list[tuple[int, bytes]], seconds: float
+        self, item: Item, audio: list[tuple[int, bytes]], seconds: float
     ) -> None:
         """Transcribe the input_audio parts of a created item (whole, not streamed)."""
         t0 = time.monotonic()
@@ -382,44 +326,24 @@ class ConversationSession(TranscriptionSession):
                 item.transcribed.set_result((time.monotonic() - t0) * 1000)
             self.conn.send(
                 protocol.ConversationItemDone.build(
-                    previous_item_id=self._previous_of(item.id), item=item.data
+                    previous_item_id=self.items.previous_of(item.id), item=item.data
                 )
             )
 
     async def _item_delete(self, raw: dict[str, Any]) -> None:
-        i = self._index(protocol.ConversationItemDelete.parse(raw).item_id)
-        item = self.items.pop(i)
-        self._client_chars -= item.client_chars
-        if not item.transcribed.done():
-            item.transcribed.set_result(0.0)
+        item = self.items.delete(protocol.ConversationItemDelete.parse(raw).item_id)
         self.conn.send(protocol.ConversationItemDeleted.build(item_id=item.id))
 
     async def _item_retrieve(self, raw: dict[str, Any]) -> None:
-        item = self.items[self._index(protocol.ConversationItemRetrieve.parse(raw).item_id)]
+        item = self.items.get(protocol.ConversationItemRetrieve.parse(raw).item_id)
         self.conn.send(protocol.ConversationItemRetrieved.build(item=item.data))
 
     async def _item_truncate(self, raw: dict[str, Any]) -> None:
         ev = protocol.ConversationItemTruncate.parse(raw)
-        item = self.items[self._index(ev.item_id)]
-        if item.data["role"] != "assistant" or item.speaker is None:
-            raise ProtocolError(
-                "only assistant items with audio (made in this session) can be truncated",
-                param="item_id",
-            )
-        end = ev.audio_end_ms
-        total = int(item.speaker.seconds * 1000)
-        if end > total:
-            raise ProtocolError(
-                f"audio_end_ms {end} is past the end of the item's audio ({total} ms)",
-                param="audio_end_ms",
-            )
-        self._truncate(item, end)
+        item = self.items.truncate(ev.item_id, ev.audio_end_ms)
+        self._send_truncated(item, ev.audio_end_ms)
 
-    def _truncate(self, item: _Item, audio_end_ms: int) -> None:
-        assert item.speaker is not None
-        part = item.data["content"][0] if item.data["content"] else None
-        if part is not None:
-            part["transcript"] = item.speaker.heard_text(part.get("transcript") or "", audio_end_ms)
+    def _send_truncated(self, item: Item, audio_end_ms: int) -> None:
         self.conn.send(
             protocol.ConversationItemTruncated.build(
                 item_id=item.id, content_index=0, audio_end_ms=audio_end_ms
@@ -460,13 +384,13 @@ class ConversationSession(TranscriptionSession):
 
     def _response_inputs(
         self, value: list[protocol.NewItem | protocol.ItemReference] | None
-    ) -> list[_Item] | None:
+    ) -> list[Item] | None:
         if value is None:
             return None
-        out: list[_Item] = []
+        out: list[Item] = []
         for n, given in enumerate(value):
             if isinstance(given, protocol.ItemReference):
-                out.append(self.items[self._index(given.id)])
+                out.append(self.items.get(given.id))
                 continue
             data, audio = self._parse_item(given)
             if audio:
@@ -475,7 +399,7 @@ class ConversationSession(TranscriptionSession):
                     "conversation with conversation.item.create",
                     param=f"response.input[{n}]",
                 )
-            item = _Item(data)
+            item = Item(data)
             item.transcribed.set_result(0.0)
             out.append(item)
         return out
@@ -484,10 +408,10 @@ class ConversationSession(TranscriptionSession):
         self,
         out: OutputConfig,
         in_conversation: bool = True,
-        inputs: list[_Item] | None = None,
+        inputs: list[Item] | None = None,
         metadata: dict[str, str] | None = None,
     ) -> Response:
-        def items() -> list[_Item]:
+        def items() -> list[Item]:
             return list(self.items) if inputs is None else inputs
 
         async def wait_inputs() -> float | None:
@@ -501,25 +425,21 @@ class ConversationSession(TranscriptionSession):
             return None
 
         def add_item(data: dict[str, Any]) -> str | None:
-            item = _Item(data)
+            item = Item(data)
             item.transcribed.set_result(0.0)  # nothing to wait for in an answer
-            return self._insert(item)
+            return self.items.insert(item)
 
         response: Response
 
         def finish_item(data: dict[str, Any]) -> str | None:
-            for item in self.items:
-                if item.id == data["id"]:
-                    item.data = data
-                    item.speaker = response.speaker
-            return self._previous_of(data["id"])
+            return self.items.finish(data, response.speaker)
 
         response = Response(
             state=self.state,
             synth=lambda: synthesizer(self.conn.app),
             send=self.conn.send,
             out=out,
-            messages=lambda: _messages(out.instructions, items()),
+            messages=lambda: chat_messages(out.instructions, items()),
             in_conversation=in_conversation,
             add_item=add_item,
             finish_item=finish_item,
@@ -572,9 +492,11 @@ class ConversationSession(TranscriptionSession):
             if r.audio:
                 self.conn.send(protocol.OutputAudioBufferCleared.build(response_id=r.id))
             if r.audio and r.in_conversation and r.speaker is not None:
-                for item in self.items:
-                    if item.id == r.item_id:
-                        self._truncate(item, min(heard, int(r.speaker.seconds * 1000)))
+                item = self.items.find(r.item_id)
+                if item is not None:
+                    end = min(heard, int(r.speaker.seconds * 1000))
+                    cut(item, end)
+                    self._send_truncated(item, end)
         return bool(playing)
 
     # ---------------------------------------------------------- stream events
@@ -605,8 +527,8 @@ class ConversationSession(TranscriptionSession):
                 "status": "completed",
                 "content": [{"type": "input_audio", "transcript": None}],
             }
-            item = _Item(data)
-            previous = self._insert(item)
+            item = Item(data)
+            previous = self.items.insert(item)
             self._previous = previous
             if not ev.auto:
                 self._commits_made += 1
@@ -628,10 +550,10 @@ class ConversationSession(TranscriptionSession):
                 heard.data["content"][0]["transcript"] = ev.transcript
                 if not heard.transcribed.done():
                     heard.transcribed.set_result((time.monotonic() - heard.committed_at) * 1000)
-                if any(i is heard for i in self.items):
+                if self.items.holds(heard):
                     self.conn.send(
                         protocol.ConversationItemDone.build(
-                            previous_item_id=self._previous_of(heard.id), item=heard.data
+                            previous_item_id=self.items.previous_of(heard.id), item=heard.data
                         )
                     )
         elif isinstance(ev, (SpeechStopped, Final, Cleared, StreamFailed)):
@@ -648,24 +570,6 @@ async def _decode_parts(encoded: list[tuple[int, Any]]) -> list[tuple[int, bytes
 
     size = sum(len(audio) for _, audio in encoded if isinstance(audio, str))
     return await run_in_threadpool(decode) if size > OFF_LOOP_CHARS else decode()
-
-
-def _messages(instructions: str, items: list[_Item]) -> list[dict[str, Any]]:
-    """The conversation as chat messages: instructions first, user audio as its transcript,
-    assistant audio as its (possibly truncated) transcript; empty turns are left out."""
-    messages: list[dict[str, Any]] = []
-    if instructions:
-        messages.append({"role": "system", "content": instructions})
-    for item in items:
-        data = item.data
-        texts = []
-        for part in data["content"]:
-            text = part.get("text") if "text" in part else part.get("transcript")
-            if text:
-                texts.append(text)
-        if texts:
-            messages.append({"role": data["role"], "content": " ".join(texts)})
-    return messages
 
 
 __all__ = ["ConversationSession"]
