@@ -2,9 +2,9 @@
 
 The session keeps the conversation (GA items, in a `ConversationItems`), transcribes committed
 user audio with the transcription session's stream (so commits, VAD and the "committed before
-its transcript" order are the same), and answers with `Response`s run on the shared chat engine: each
-response is one engine request, batched with every other session's, and sampled from its own
-logits row, so concurrent sessions never mix outputs.
+its transcript" order are the same), and answers with `Response`s run on the shared chat
+engine: each response is one engine request, batched with every other session's, and sampled
+from its own logits row, so concurrent sessions never mix outputs.
 
 Turn taking: with `server_vad` the VAD commits each utterance and, with `create_response`,
 a response starts at once (it waits for the transcript inside). With `interrupt_response`,
