@@ -15,6 +15,7 @@ from llamactl.engine.audio import (
     AudioService,
     Committed,
     Completed,
+    Tentative,
     TranscriptionStream,
     semantic_turn,
 )
@@ -189,3 +190,83 @@ def test_the_transcript_is_read_before_the_turn_ends(service, mode):
     after = log[log.index("Committed") :]
     assert "read" not in after, log  # nothing was left to read
     assert "Completed" in after
+
+
+def _fed_like_a_microphone(stream: TranscriptionStream, audio: np.ndarray) -> list:
+    """50 ms blocks, each read by the VAD (or waiting at a Smart Turn reading) before the
+    next; then a commit, and every event in order."""
+    audio = np.concatenate([audio, silence((-audio.size % WINDOW) / RATE, RATE)])
+    block = RATE // 20
+    for i in range(0, audio.size, block):
+        stream.append(audio[i : i + block])
+        deadline = time.monotonic() + 30
+        while stream._vad_pos + WINDOW <= min(i + block, audio.size) and (
+            stream._turn_wait is None
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.002)
+        if stream.tentative:
+            assert stream.wait_idle(30)  # the reading done ahead lands where it would live
+    stream.commit()
+    assert stream.wait_idle(60)
+    events = []
+    while (ev := stream.next_event(timeout=0)) is not None:
+        events.append(ev)
+    return events
+
+
+@pytest.mark.parametrize("mode", ["server", "semantic"])
+def test_a_tentative_transcript_comes_before_the_turn_ends_and_equals_it(service, mode):
+    """What lets an answer start during the silence: the reading of a quiet turn is offered
+    before the commit, and it is exactly the transcript the commit then completes with."""
+    audio = np.concatenate([silence(0.3, RATE), spoken("Where is the train station?")])
+    audio = np.concatenate([audio, silence(4.5, RATE)])
+    rule = semantic_turn("auto") if mode == "semantic" else None
+    with service.open_stream(
+        turn_detection=True, semantic=rule, partials=False, tentative=True
+    ) as stream:
+        events = _fed_like_a_microphone(stream, audio)
+    kinds = [type(e).__name__ for e in events]
+    assert "Tentative" in kinds, kinds
+    first_commit = next(i for i, e in enumerate(events) if isinstance(e, Committed) and e.auto)
+    tentative = [e for e in events[:first_commit] if isinstance(e, Tentative)]
+    assert tentative and tentative[-1].text, kinds
+    done = next(e for e in events if isinstance(e, Completed))
+    assert done.transcript == tentative[-1].text
+
+
+def test_speech_after_a_pause_withdraws_the_tentative_transcript(service):
+    """A pause long enough to be read but too short to end the turn: the offer is withdrawn
+    when the speaker goes on, and the one that stands is the whole sentence's."""
+    rule = semantic_turn("low")  # waits long on an unfinished sentence
+    audio = np.concatenate(
+        [
+            silence(0.3, RATE),
+            spoken("I would like to know"),
+            silence(0.6, RATE),
+            spoken("the capital of France."),
+            silence(4.0, RATE),
+        ]
+    )
+    with service.open_stream(
+        turn_detection=True, semantic=rule, partials=False, tentative=True
+    ) as stream:
+        events = _fed_like_a_microphone(stream, audio)
+    offers = [e.text for e in events if isinstance(e, Tentative)]
+    commits = auto_commits(events)
+    if len(commits) != 1:
+        pytest.skip(f"Smart Turn ended the paused sentence early here: {offers}")
+    assert offers[:2] == ["I would like to know", ""], offers  # withdrawn: the speech went on
+    done = next(e for e in events if isinstance(e, Completed))
+    assert "France" in done.transcript or "friends" in done.transcript
+    # an offer standing at the commit (the second quiet may be read only after the turn
+    # ended, then none stands) is the transcript
+    if offers[-1]:
+        assert offers[-1] == done.transcript
+
+
+def test_no_tentative_transcript_unless_asked(service):
+    audio = np.concatenate([silence(0.3, RATE), spoken("Hello there."), silence(2.0, RATE)])
+    with service.open_stream(turn_detection=True, partials=False) as stream:
+        events = _fed_like_a_microphone(stream, audio)
+    assert not any(isinstance(e, Tentative) for e in events)

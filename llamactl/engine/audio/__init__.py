@@ -23,6 +23,7 @@ from .types import (
     SpeechStopped,
     StreamEvent,
     StreamFailed,
+    Tentative,
 )
 from .vad import VadConfig
 
@@ -34,6 +35,7 @@ __all__ = [
     "Completed",
     "Final",
     "Partial",
+    "Tentative",
     "Segment",
     "SemanticTurn",
     "SmartTurn",

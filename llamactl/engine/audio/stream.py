@@ -59,6 +59,7 @@ from .types import (
     SpeechStopped,
     StreamEvent,
     StreamFailed,
+    Tentative,
     WindowText,
 )
 from .vad import VAD_RATE, WINDOW, SileroStream, VadConfig
@@ -89,6 +90,7 @@ class _Region:
     # semantic turns: the quiet stretch Smart Turn read, and its P(finished) (None: not yet)
     turn_quiet: int | None = None
     turn_p: float | None = None
+    tentative: bool = False  # a Tentative with this region's quiet reading is out
 
     def reusable(self, end_padding: int) -> bool:
         """Does the reading done ahead cover the closed region's speech and its end padding?
@@ -123,6 +125,7 @@ class TranscriptionStream:
         semantic: SemanticTurn | None = None,
         partials: bool = True,
         partial_interval: float = 0.8,
+        tentative: bool = False,
         input_rate: int = 16000,
         sink: Callable[[StreamEvent], None] | None = None,
         max_buffered_seconds: float | None = None,
@@ -136,6 +139,7 @@ class TranscriptionStream:
         self.semantic = semantic
         self._smart_turn = SmartTurn() if semantic is not None else None
         self.partials = partials
+        self.tentative = tentative
         self.partial_interval = partial_interval
         self.input_rate = check_rate(input_rate)
         self._sink = sink
@@ -499,6 +503,9 @@ class TranscriptionStream:
         semantic = self.semantic if self.turn_detection else None
         if p >= cfg.threshold:
             region.quiet_from = None
+            if region.tentative:
+                region.tentative = False
+                self._emit(Tentative(region.item, ""))
         elif p < cfg.neg_threshold:
             if region.quiet_from is None:
                 region.quiet_from = w
@@ -640,3 +647,20 @@ class TranscriptionStream:
         region.read_text = reading.text
         if self.partials and region is self._region and reading.text.strip():
             self._emit(Partial(region.item, reading.text.strip()))
+        if self._tentative_ready(region, end) and reading.text.strip():
+            region.tentative = True
+            self._emit(Tentative(region.item, reading.text.strip()))
+
+    def _tentative_ready(self, region: _Region, end: int) -> bool:
+        """Is this reading what the item's transcript will be if the turn ends in this
+        silence? It must cover the padded end of the quiet region that is still open, and
+        be the item's only segment."""
+        return (
+            self.tentative
+            and self.turn_detection
+            and region is self._region
+            and region.quiet_from is not None
+            and end == region.quiet_from + self._end_padding()
+            and not self._segments.get(region.item)
+            and not any(r.item == region.item for r in self._ready)
+        )

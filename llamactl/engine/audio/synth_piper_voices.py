@@ -15,11 +15,12 @@ import functools
 import importlib.metadata
 import json
 import logging
-import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from llamactl.core.errors import FileRefusedError, FileTooLargeError
+from llamactl.core.files import open_regular
 
 __all__ = ["PiperVoiceFiles", "installed_voices", "read_voice"]
 
@@ -86,21 +87,17 @@ def read_voice(config: Path) -> PiperVoiceFiles:
 
 
 def _read_regular(path: Path) -> bytes:
-    """The file's bytes, if it is a regular file of at most `_MAX_CONFIG_BYTES`: opened
-    without blocking (a FIFO would wait for a writer) and checked after opening, so what is
-    read is what was checked."""
+    """The file's bytes, if it is a regular file of at most `_MAX_CONFIG_BYTES` (a FIFO is
+    refused without waiting for a writer)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open_regular(path, max_bytes=_MAX_CONFIG_BYTES) as f:
+            return f.read(_MAX_CONFIG_BYTES + 1)
+    except FileTooLargeError:
+        raise ValueError(f"{path.name} is larger than {_MAX_CONFIG_BYTES} bytes") from None
+    except FileRefusedError:
+        raise ValueError(f"{path.name} is not a regular file") from None
     except OSError as exc:
         raise ValueError(f"{path.name}: {exc.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ValueError(f"{path.name} is not a regular file")
-    with os.fdopen(fd, "rb") as f:
-        raw = f.read(_MAX_CONFIG_BYTES + 1)
-    if len(raw) > _MAX_CONFIG_BYTES:
-        raise ValueError(f"{path.name} is larger than {_MAX_CONFIG_BYTES} bytes")
-    return raw
 
 
 @functools.cache

@@ -61,6 +61,17 @@ class Partial:
 
 
 @dataclass(frozen=True)
+class Tentative:
+    """The speech of `item` has gone quiet and this is what it said: if the turn ends in this
+    silence, `item`'s transcript will be exactly `text`, so an answer to it can be started
+    while the turn is still being decided. `text == ""` withdraws it: the speaker went on.
+    Sent only by streams opened with `tentative=True`, for turns the VAD ends."""
+
+    item: int
+    text: str
+
+
+@dataclass(frozen=True)
 class Final:
     """A finished segment of `item`; `delta` is what it adds to the item's transcript."""
 
@@ -99,5 +110,13 @@ class StreamFailed:
 
 
 StreamEvent = (
-    SpeechStarted | SpeechStopped | Committed | Partial | Final | Completed | Cleared | StreamFailed
+    SpeechStarted
+    | SpeechStopped
+    | Committed
+    | Partial
+    | Tentative
+    | Final
+    | Completed
+    | Cleared
+    | StreamFailed
 )
