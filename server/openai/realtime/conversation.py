@@ -218,7 +218,7 @@ class ConversationSession(TranscriptionSession):
         """The item in the GA shape (audio data dropped) and any input audio to transcribe,
         still base64 (see `_decode_parts`)."""
         item_id = new.id or new_id("item_")
-        if self.items.find(item_id) is not None:
+        if any(i.id == item_id for i in self.items):
             raise ProtocolError(
                 f"an item with id '{item_id}' already exists", code="item_exists", param="item.id"
             )
