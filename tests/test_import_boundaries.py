@@ -234,6 +234,48 @@ def test_no_import_cycle_between_the_parts() -> None:
     assert _cycle(graph) == []
 
 
+def _module_graph(folder: Path, package: str) -> dict[str, set[str]]:
+    """Module -> the modules of the same package (`folder`, imported as `package`) it
+    imports, named relative to it; imports under `if TYPE_CHECKING:` and inside functions
+    count like the others (`_imports` reads them all)."""
+    modules: dict[str, Path] = {}
+    for path in sorted(folder.rglob("*.py")):
+        parts = [p for p in path.relative_to(folder).with_suffix("").parts if p != "__init__"]
+        modules[".".join([package, *parts])] = path
+
+    def owner(name: str) -> str | None:  # the package's module that `name` is, or is in
+        found = [m for m in modules if name == m or name.startswith(m + ".")]
+        return max(found, key=len) if found else None
+
+    def short(module: str) -> str:
+        return module.removeprefix(package).lstrip(".") or "__init__"
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        for name in _imports(path, module):
+            there = owner(name)
+            if there is not None and there != module:
+                graph.setdefault(short(module), set()).add(short(there))
+    return graph
+
+
+def test_the_module_graph_sees_type_checking_and_late_imports(tmp_path: Path) -> None:
+    (tmp_path / "__init__.py").write_text("")
+    (tmp_path / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\n"
+    )
+    (tmp_path / "b.py").write_text("def f():\n    from . import a\n")
+    assert _cycle(_module_graph(tmp_path, "pkg")) == ["a", "b", "a"]
+
+
+def test_the_realtime_server_package_has_no_import_cycle() -> None:
+    """Sessions see their connection through a Protocol (`session.Socket`) and `kinds.py`
+    names the session kinds, so connection, sessions, items and responses import one way."""
+    graph = _module_graph(ROOT / "server/openai/realtime", "llamactl.server.openai.realtime")
+    assert {"connection", "conversation", "transcription", "routes"} <= graph.keys()
+    assert _cycle(graph) == []
+
+
 # server/'s API families (a package each) and its shared modules (the rest of the top level)
 FAMILIES = ("openai", "anthropic", "llamacpp", "system", "router")
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import WebSocket
@@ -32,6 +33,8 @@ from ...state import ServerState
 from .session import RealtimeSession
 from .wire import OFF_LOOP_CHARS, decode_event, encode_event
 
+__all__ = ["MAX_EVENT_BYTES", "MAX_QUEUED_BYTES", "Connection", "LiveSessions"]
+
 log = logging.getLogger("llamactl.server.openai.realtime")
 
 MAX_EVENT_BYTES = 24 * 1024 * 1024
@@ -39,14 +42,6 @@ MAX_QUEUED_BYTES = 32 * 1024 * 1024  # server events a client may leave unread (
 CLOSE_NOT_READING = 1008  # policy violation: the client does not read what it is sent
 CLOSE_TRY_LATER = 1013
 _CLOSE_TIMEOUT = 2.0
-
-
-def session_kinds() -> dict[str, type[RealtimeSession]]:
-    """`session.type` -> session class. Conversation sessions ("realtime") register here."""
-    from .conversation import ConversationSession
-    from .transcription import TranscriptionSession
-
-    return {"transcription": TranscriptionSession, "realtime": ConversationSession}
 
 
 class LiveSessions:
@@ -57,9 +52,13 @@ class LiveSessions:
 
 
 class Connection:
-    def __init__(self, ws: WebSocket) -> None:
+    """One socket; `kinds` (`session.type` -> session class) are the sessions it may serve.
+    It is the sessions' `Socket`."""
+
+    def __init__(self, ws: WebSocket, kinds: Mapping[str, type[RealtimeSession]]) -> None:
         self.ws = ws
         self.app = ws.app
+        self.kinds = kinds
         self.session: RealtimeSession | None = None
         self._out: asyncio.Queue[str | None] = asyncio.Queue()
         self._queued = 0  # characters of the events in `_out`
@@ -189,7 +188,7 @@ class Connection:
             )
 
     def _open(self, kind: str) -> None:
-        cls = session_kinds()[kind]
+        cls = self.kinds[kind]
         self.session = cls(self)
         self._starting = asyncio.create_task(self._start(self.session))
 
@@ -253,7 +252,7 @@ class Connection:
         update = protocol.SessionUpdate.parse(client_event).session
         wanted = update.get("type")
         if wanted is not None and wanted != session.kind:
-            if wanted not in session_kinds():
+            if wanted not in self.kinds:
                 raise ProtocolError(
                     f"unknown session.type '{wanted}'", code="invalid_value", param="session.type"
                 )
@@ -265,7 +264,7 @@ class Connection:
             await session.close()
             if self._starting is not None:
                 self._starting.cancel()
-            session = session_kinds()[wanted](self)
+            session = self.kinds[wanted](self)
             await session.update(update)
             self.session = session
             self._reply_after_start = True

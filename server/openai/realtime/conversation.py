@@ -57,6 +57,7 @@ from .conversation_config import (
 )
 from .items import ConversationItems, Item, chat_messages, cut
 from .response import Response
+from .session import Socket
 from .transcription import TranscriptionSession, check_semantic
 from .wire import OFF_LOOP_CHARS
 
@@ -66,7 +67,7 @@ MAX_ACTIVE_RESPONSES = 4  # out-of-band ones included: one session cannot fill t
 class ConversationSession(TranscriptionSession):
     kind = "realtime"
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Socket) -> None:
         super().__init__(conn)
         self.state = conn.app.state.llamactl
         self.rt: RealtimeConfig = new_config(self.state.model_id, "")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, WebSocket
 
 from .connection import Connection
+from .kinds import SESSION_KINDS
 
 router = APIRouter(tags=["realtime"])
 
@@ -17,4 +18,4 @@ async def realtime(ws: WebSocket) -> None:
     session (`session.type: "realtime"`), until a `session.update` picks the type."""
     intent = ws.query_params.get("intent", "")
     kind = "transcription" if intent == "transcription" else "realtime"
-    await Connection(ws).run(kind)
+    await Connection(ws, SESSION_KINDS).run(kind)

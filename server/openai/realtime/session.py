@@ -1,12 +1,38 @@
-"""What every realtime session kind implements; the connection drives it."""
+"""What every realtime session kind implements, and the little of its socket it uses.
+
+Sessions see their connection only as a `Socket` (send an event or a refusal, the app whose
+state and services they use, close after what is queued), so they never import
+`connection.py`: the connection drives sessions, sessions do not know how it frames events.
+"""
 
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
-if TYPE_CHECKING:
-    from .connection import Connection
+from fastapi import FastAPI
+
+from llamactl.realtime.errors import ProtocolError
+from llamactl.realtime.protocol import ServerEvent
+
+__all__ = ["RealtimeSession", "Socket"]
+
+
+class Socket(Protocol):
+    """A session's side of its connection (`connection.Connection` is the one there is)."""
+
+    @property
+    def app(self) -> FastAPI:
+        """The app: its `state.llamactl` and the speech services found through it."""
+
+    def send(self, event: ServerEvent) -> None:
+        """Queue a server event, in order (event-loop thread only)."""
+
+    def send_error(self, exc: ProtocolError, event_id: str | None = None) -> None:
+        """Queue the `error` event of a refusal."""
+
+    def close_soon(self) -> None:
+        """Close the socket after the events queued so far (a failed session)."""
 
 
 class RealtimeSession(abc.ABC):
@@ -19,7 +45,7 @@ class RealtimeSession(abc.ABC):
 
     kind: ClassVar[str]
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Socket) -> None:
         self.conn = conn
         self.live = False
 

@@ -39,7 +39,7 @@ from llamactl.realtime.protocol import new_id
 
 from ...speech.transcription import audio_service
 from ...state import ServerState
-from .session import RealtimeSession
+from .session import RealtimeSession, Socket
 from .transcription_config import TranscriptionConfig, merge
 from .wire import OFF_LOOP_CHARS
 
@@ -56,7 +56,7 @@ _AUDIO_EVENTS: tuple[type[protocol.ClientEvent], ...] = (
 class TranscriptionSession(RealtimeSession):
     kind = "transcription"
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Socket) -> None:
         super().__init__(conn)
         self.id = new_id("sess_")
         self._service = audio_service(conn.app)
