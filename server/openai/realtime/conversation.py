@@ -41,6 +41,7 @@ from llamactl import (
     SpeechStopped,
     StreamEvent,
     StreamFailed,
+    Tentative,
 )
 from llamactl.realtime import protocol
 from llamactl.realtime.protocol import new_id
@@ -56,8 +57,9 @@ from .conversation_config import (
     new_config,
 )
 from .items import ConversationItems, Item, chat_messages, cut
-from .response import Response
+from .response import Response, chat_request
 from .session import Socket
+from .speculation import Speculation
 from .transcription import TranscriptionSession, check_semantic
 from .wire import OFF_LOOP_CHARS
 
@@ -66,6 +68,7 @@ MAX_ACTIVE_RESPONSES = 4  # out-of-band ones included: one session cannot fill t
 
 class ConversationSession(TranscriptionSession):
     kind = "realtime"
+    offers_tentative = True
 
     def __init__(self, conn: Socket) -> None:
         super().__init__(conn)
@@ -83,6 +86,7 @@ class ConversationSession(TranscriptionSession):
         self._caught_up.set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pending_item_audio = 0.0  # seconds of created items' audio not yet transcribed
+        self.speculation = Speculation(self.state)  # an answer started during the silence
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -99,6 +103,7 @@ class ConversationSession(TranscriptionSession):
             self._pump = asyncio.create_task(self._run_events())
 
     async def close(self) -> None:
+        self.speculation.cancel()
         self._caught_up.set()
         for response in list(self.responses):
             if response.active:
@@ -446,6 +451,7 @@ class ConversationSession(TranscriptionSession):
             finish_item=finish_item,
             wait_inputs=wait_inputs,
             metadata=metadata,
+            adopt=self.speculation.take,
         )
         self.responses = [r for r in self.responses if r.active or r.playing(time.monotonic())]
         self.responses.append(response)
@@ -513,8 +519,35 @@ class ConversationSession(TranscriptionSession):
             except ProtocolError as exc:
                 self.conn.send_error(exc)
 
+    def _speculate(self, ev: Tentative) -> None:
+        """Start the answer this turn gets if it ends in the silence it has gone quiet in;
+        only where the turn's end will start an answer by itself and nothing else would."""
+        if (
+            not ev.text
+            or self.config.turn_detection is None
+            or not self.rt.create_response
+            or self._active() is not None
+            or not self.state.ready
+        ):
+            self.speculation.cancel()
+            return
+        heard = Item({"type": "message", "role": "user", "content": [{"type": "input_audio"}]})
+        heard.data["content"][0]["transcript"] = ev.text
+        out = self.rt.output
+        try:
+            request = chat_request(
+                self.state, out, chat_messages(out.instructions, [*self.items, heard])
+            )
+        except LlamactlError:
+            self.speculation.cancel()
+            return
+        self.speculation.start(request)
+
     async def _handle_stream_event(self, ev: StreamEvent) -> None:
-        if isinstance(ev, SpeechStarted):
+        if isinstance(ev, Tentative):
+            self._speculate(ev)
+        elif isinstance(ev, SpeechStarted):
+            self.speculation.cancel()
             super()._on_event(ev)
             if self.config.turn_detection is not None and self.rt.interrupt_response:
                 await self._interrupt("turn_detected")
@@ -558,6 +591,8 @@ class ConversationSession(TranscriptionSession):
                         )
                     )
         elif isinstance(ev, (SpeechStopped, Final, Cleared, StreamFailed)):
+            if isinstance(ev, (Cleared, StreamFailed)):
+                self.speculation.cancel()
             if isinstance(ev, StreamFailed):
                 self._caught_up.set()
             super()._on_event(ev)

@@ -62,6 +62,7 @@ class Response:
         finish_item: Callable[[dict[str, Any]], str | None],
         wait_inputs: Callable[[], Awaitable[float | None]],
         metadata: dict[str, str] | None,
+        adopt: Callable[[ChatRequest], ChatStream | None] | None = None,
     ) -> None:
         self.id = new_id("resp_")
         self.item_id = new_id("item_")
@@ -74,6 +75,8 @@ class Response:
         self._add_item = add_item
         self._finish_item = finish_item
         self._wait_inputs = wait_inputs
+        self._adopt = adopt  # an answer to the same request started during the silence
+        self.speculated = False  # this answer was started before its turn ended
         self.client_metadata = dict(metadata or {})
         self.audio = out.modalities == ["audio"]
         self.status = "in_progress"
@@ -180,6 +183,7 @@ class Response:
             else str(round(self.transcription_ms)),
             "first_text_ms": ms(self.first_text_at),
             "first_audio_ms": ms(self.first_audio_at),
+            "speculated": "true" if self.speculated else None,
         }
         meta.update({k: v for k, v in latency.items() if v is not None})
         return meta or None
@@ -322,15 +326,11 @@ class Response:
         try:
             if not state.ready:
                 raise LlamactlError(state.load_error or "the model is still loading")
-            request = ChatRequest(
-                messages=self._messages(),
-                sampling=sampling_params(state, temperature=out.temperature),
-                max_tokens=out.max_output_tokens or state.settings.max_tokens,
-                reasoning_budget=_reasoning_budget(out.reasoning_budget, state),
-                add_generation_prompt=True,
-                continue_final_message=False,
-            )
-            chat = state.require_chat().start(request)
+            request = chat_request(state, out, self._messages())
+            chat = self._adopt(request) if self._adopt is not None else None
+            self.speculated = chat is not None
+            if chat is None:
+                chat = state.require_chat().start(request)
         except Exception as exc:  # a prompt too long for the context, a template error...
             self.status = "failed"
             self.error = {
@@ -383,6 +383,21 @@ class Response:
             self._send(
                 protocol.ConversationItemDone.build(previous_item_id=previous, item=self.item)
             )
+
+
+def chat_request(
+    state: ServerState, out: OutputConfig, messages: list[dict[str, Any]]
+) -> ChatRequest:
+    """The chat request of an answer with the output settings `out` to `messages`: one
+    definition, so an answer started during the silence is the one the turn would get."""
+    return ChatRequest(
+        messages=messages,
+        sampling=sampling_params(state, temperature=out.temperature),
+        max_tokens=out.max_output_tokens or state.settings.max_tokens,
+        reasoning_budget=_reasoning_budget(out.reasoning_budget, state),
+        add_generation_prompt=True,
+        continue_final_message=False,
+    )
 
 
 def _usage(done: Done) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import Any, ClassVar
 
 from starlette.concurrency import run_in_threadpool
 
@@ -55,6 +55,8 @@ _AUDIO_EVENTS: tuple[type[protocol.ClientEvent], ...] = (
 
 class TranscriptionSession(RealtimeSession):
     kind = "transcription"
+    # the stream offers a quiet turn's transcript before the turn ends (see speculation.py)
+    offers_tentative: ClassVar[bool] = False
 
     def __init__(self, conn: Socket) -> None:
         super().__init__(conn)
@@ -112,6 +114,7 @@ class TranscriptionSession(RealtimeSession):
             turn_detection=c.turn_detection is not None,
             semantic=c.semantic(),
             partials=False,
+            tentative=self.offers_tentative,
             input_rate=c.rate,
             max_buffered_seconds=self._max_buffered_seconds,
         )
