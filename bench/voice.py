@@ -68,11 +68,15 @@ PARAGRAPH = (
 RATE = 24000
 
 
-def espeak_speed(repeats: int = 5) -> tuple[float, float]:
-    """(audio seconds per compute second, audio seconds per repeat)."""
+ANSWER = "The capital of France is Paris, famous for the Eiffel Tower."
+
+
+def synth_speed(backend: str, repeats: int = 5) -> tuple[float, float, float]:
+    """(audio seconds per compute second, audio seconds per repeat, median ms to the first
+    chunk of a one-sentence answer)."""
     from llamactl.engine.audio.synth import open_synthesizer
 
-    synth = open_synthesizer()
+    synth = open_synthesizer(backend)
     list(synth.synthesize("Warm up."))
     samples = 0
     t0 = time.perf_counter()
@@ -80,7 +84,14 @@ def espeak_speed(repeats: int = 5) -> tuple[float, float]:
         samples += sum(chunk.size for chunk in synth.synthesize(PARAGRAPH))
     compute = time.perf_counter() - t0
     audio = samples / synth.sample_rate
-    return audio / compute, audio / repeats
+    firsts = []
+    for _ in range(repeats):
+        t1 = time.perf_counter()
+        chunks = synth.synthesize(ANSWER)
+        next(chunks)
+        firsts.append((time.perf_counter() - t1) * 1000)
+        chunks.close()
+    return audio / compute, audio / repeats, statistics.median(firsts)
 
 
 def free_port() -> int:
@@ -89,14 +100,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(threads: int) -> tuple[subprocess.Popen, int]:
+def start_server(threads: int, parallel: int = 1) -> tuple[subprocess.Popen, int]:
     import httpx
 
     port = free_port()
     env = {**os.environ, "LLAMACTL_THREADS": str(threads)}
     env["LLAMACTL_TRANSCRIBE_THREADS"] = str(threads)
     server = subprocess.Popen(
-        [*entry_point(), "serve", "--port", str(port), "--parallel", "1"],
+        [*entry_point(), "serve", "--port", str(port), "--parallel", str(parallel), "--metrics"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -125,7 +136,47 @@ def spoken_turn(parts: tuple[str | float, ...]) -> np.ndarray:
     return np.concatenate(out)
 
 
-def one_turn(port: int, question: np.ndarray, turn_detection: dict) -> dict:
+class ChatLoad:
+    """`n` chat streams kept running on the server (each a long streamed answer, then the
+    next), the load a voice turn must hold its latency under."""
+
+    def __init__(self, port: int, n: int) -> None:
+        self._url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        self._stop = threading.Event()
+        self.tokens = 0
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(n)]
+
+    def __enter__(self) -> ChatLoad:
+        for t in self._threads:
+            t.start()
+        time.sleep(1.5)  # every stream past its prompt, generating
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+
+    def _run(self) -> None:
+        import httpx
+
+        body = {
+            "messages": [{"role": "user", "content": "Write a long story about a lighthouse."}],
+            "max_tokens": 400,
+            "stream": True,
+        }
+        while not self._stop.is_set():
+            with httpx.stream("POST", self._url, json=body, timeout=120) as r:
+                for line in r.iter_lines():
+                    if self._stop.is_set():
+                        return
+                    if line.startswith("data: {"):
+                        self.tokens += 1
+
+
+def one_turn(
+    port: int, question: np.ndarray, turn_detection: dict, voice: str | None = None
+) -> dict:
     """Speak `question` in real time; times from the end of speech, the cut-offs before it,
     and the server's view."""
     from websockets.sync.client import connect
@@ -142,7 +193,10 @@ def one_turn(port: int, question: np.ndarray, turn_detection: dict) -> dict:
                         "instructions": "Answer in one short sentence.",
                         "max_output_tokens": 48,
                         "temperature": 0,
-                        "audio": {"input": {"turn_detection": turn_detection}},
+                        "audio": {
+                            "input": {"turn_detection": turn_detection},
+                            **({"output": {"voice": voice}} if voice else {}),
+                        },
                     },
                 }
             )
@@ -280,56 +334,119 @@ def human_turns(repeats: int) -> list[tuple[str, np.ndarray]]:
     return out
 
 
+def print_turns(title: str, turns_by_mode: dict[str, list[dict]]) -> None:
+    print(f"  {title}")
+    print(f"  {'':<13} {'p50 ms':>7} {'p95 ms':>7} {'cut off':>8} {'started ahead':>14}")
+    for mode, turns in turns_by_mode.items():
+        lat = [t["latency"] * 1000 for t in turns]
+        cut = sum(t["cut_offs"] > 0 for t in turns)
+        ahead = sum(t["meta"].get("speculated") == "true" for t in turns)
+        print(
+            f"  {mode:<13} {statistics.median(lat):>7.0f} {pct(lat, 0.95):>7.0f} "
+            f"{cut:>4} / {len(turns):<3} {ahead:>6} / {len(turns)}"
+        )
+
+
+def stage_metrics(port: int) -> dict[str, float]:
+    """The server's `llamactl:voice_*` rows of /metrics."""
+    import httpx
+
+    out: dict[str, float] = {}
+    for line in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text.splitlines():
+        if line.startswith("llamactl:voice_"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+def print_stage_metrics(before: dict[str, float], after: dict[str, float], label: str) -> None:
+    """Per stage: mean wait before its compute and mean compute, over the turns between."""
+    stages = sorted({k.split('stage="')[1].split('"')[0] for k in after if 'stage="' in k})
+    if not stages:
+        return
+    print(f"  per stage ({label}), mean ms: wait for the cores / compute")
+    for stage in stages:
+
+        def delta(kind: str, stage: str = stage) -> float:
+            key = f'llamactl:voice_stage_{kind}{{stage="{stage}"}}'
+            return after.get(key, 0.0) - before.get(key, 0.0)
+
+        n = delta("seconds_count")
+        if n:
+            print(
+                f"    {stage:<12} n={n:<4.0f} wait {delta('wait_seconds_sum') / n * 1000:>6.0f}"
+                f"  compute {delta('seconds_sum') / n * 1000:>6.0f}"
+            )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=20, help="realtime turns per mode")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--load", type=int, default=4, help="chat streams in the load section")
+    parser.add_argument(
+        "--only",
+        choices=["speech", "turns", "load"],
+        action="append",
+        help="run only these sections (speech out, idle turns, turns under load)",
+    )
     args = parser.parse_args()
+    only = set(args.only or ["speech", "turns", "load"])
 
-    speed, per = espeak_speed()
-    print(f"eSpeak NG: {speed:.0f} s of audio per s of compute ({per:.1f} s paragraph)")
+    if "speech" in only:
+        print("speech out, audio s per compute s (higher is better) / first chunk of a sentence:")
+        for backend, label in (("espeak", "eSpeak NG"), ("piper", "Piper joe (medium)")):
+            speed, per, first = synth_speed(backend)
+            print(
+                f"  {label:<19} {speed:>6.1f}x real time ({per:.1f} s paragraph)   "
+                f"first audio {first:.0f} ms"
+            )
+        print("  target: a neural voice >= 3x real time on 2 cores")
 
     from llamactl.engine.audio.turn import fetch_model
 
     fetch_model()  # semantic VAD's Smart Turn: in the package since the install
-    smart_turn_verdicts()
-    people = human_turns(max(1, args.turns // 8))
     questions = [spoken_turn(TURNS[i % len(TURNS)]) for i in range(args.turns)]
     paused = sum(len(TURNS[i % len(TURNS)]) > 1 for i in range(args.turns))
-    print(f"realtime turns: {args.turns} spoken questions per mode, {paused} with a pause")
-    server, port = start_server(args.threads)
+    if "turns" in only:
+        smart_turn_verdicts()
+        people = human_turns(max(1, args.turns // 8))
+        print(f"realtime turns: {args.turns} spoken questions per mode, {paused} with a pause")
+    server, port = start_server(args.threads, parallel=1 + args.load)
     try:
         one_turn(port, questions[0], MODES["server VAD"])  # warm up: speech model, prompt cache
         one_turn(port, questions[0], MODES["semantic VAD"])  # ... and Smart Turn
-        results: dict[str, list[dict]] = {mode: [] for mode in MODES}
-        for q in questions:  # the modes interleaved, so a slow minute falls on both
-            for mode, td in MODES.items():
-                results[mode].append(one_turn(port, q, td))
-        human: dict[str, list[dict]] = {mode: [] for mode in MODES}
-        for _, q in people:
-            for mode, td in MODES.items():
-                human[mode].append(one_turn(port, q, td))
+        if "turns" in only:
+            idle_turns(port, questions, people)
+        if "load" in only:
+            load_turns(port, questions, args.load)
     finally:
         server.terminate()
         server.wait(timeout=30)
+    return 0
+
+
+def idle_turns(port: int, questions: list[np.ndarray], people) -> None:
+    before = stage_metrics(port)
+    results: dict[str, list[dict]] = {mode: [] for mode in MODES}
+    for q in questions:  # the modes interleaved, so a slow minute falls on both
+        for mode, td in MODES.items():
+            results[mode].append(one_turn(port, q, td))
+    human: dict[str, list[dict]] = {mode: [] for mode in MODES}
+    for _, q in people:
+        for mode, td in MODES.items():
+            human[mode].append(one_turn(port, q, td))
+    piper = [one_turn(port, q, MODES["semantic VAD"], voice="joe") for q in questions]
+    after = stage_metrics(port)
     first = results["server VAD"][0]
     print(f"  heard: {first['transcript']!r} (WER {wer(QUESTION, first['transcript']):.2f})")
     print(f"  answer: {first['answer']!r}")
-    print(f"  {'':<13} {'p50 ms':>7} {'p95 ms':>7} {'cut off':>8}   (end of speech -> first audio)")
-    for mode, turns in results.items():
-        lat = [t["latency"] * 1000 for t in turns]
-        cut = sum(t["cut_offs"] > 0 for t in turns)
-        print(
-            f"  {mode:<13} {statistics.median(lat):>7.0f} {pct(lat, 0.95):>7.0f} "
-            f"{cut:>4} / {len(turns)}"
-        )
-    print("  target: semantic p50 < 350 ms, no more cut-offs than server VAD")
+    print_turns("eSpeak-spoken questions, end of speech -> first audio:", results)
+    print("  target: semantic p50 < 350 ms, p95 < 500 ms; no more cut-offs than server VAD")
     if people:
-        print(f"  spoken by a person ({len(people)} turns, alsa-utils' words), same measure:")
-        for mode, turns in human.items():
-            lat = [t["latency"] * 1000 for t in turns]
-            print(f"  {mode:<13} {statistics.median(lat):>7.0f} {pct(lat, 0.95):>7.0f}")
+        print_turns(f"spoken by a person ({len(people)} turns, alsa-utils' words):", human)
         print("  anchor: csglite 870 ms end of turn -> first audio")
+    print_turns("answers spoken by Piper (joe), semantic VAD:", {"semantic VAD": piper})
     print("  where the time goes, p50 ms: the silence each turn waited (audio time past the last")
     print("  word) + commit -> first audio byte; semantic turns Smart Turn judged finished apart")
     for mode, turns in results.items():
@@ -353,7 +470,49 @@ def main() -> int:
                     f"  {mode:<13} server {key:<17} p50 {statistics.median(values):.0f} ms   "
                     f"p95 {pct(values, 0.95):.0f} ms"
                 )
-    return 0
+    print_stage_metrics(before, after, "idle turns")
+
+
+def load_turns(port: int, questions: list[np.ndarray], load: int) -> None:
+    """The same turns alone and with `load` chat streams running, interleaved."""
+    idle: dict[str, list[dict]] = {mode: [] for mode in MODES}
+    loaded: dict[str, list[dict]] = {mode: [] for mode in MODES}
+    tokens = 0
+    seconds = 0.0
+    stages_idle: list[dict[str, float]] = []
+    stages_load: list[dict[str, float]] = []
+    for q in questions:
+        for mode, td in MODES.items():
+            m0 = stage_metrics(port)
+            idle[mode].append(one_turn(port, q, td))
+            m1 = stage_metrics(port)
+            with ChatLoad(port, load) as chats:
+                t0 = time.perf_counter()
+                loaded[mode].append(one_turn(port, q, td))
+                seconds += time.perf_counter() - t0
+                m2 = stage_metrics(port)
+            tokens += chats.tokens
+            stages_idle.append({k: m1.get(k, 0.0) - m0.get(k, 0.0) for k in m1})
+            stages_load.append({k: m2.get(k, 0.0) - m1.get(k, 0.0) for k in m2})
+    print(f"voice under load: {load} chat streams on the same server ({len(questions)} turns)")
+    print_turns("idle (interleaved with the loaded turns):", idle)
+    print_turns(f"with {load} chat streams:", loaded)
+    for mode in MODES:
+        p_idle = pct([t["latency"] for t in idle[mode]], 0.95)
+        p_load = pct([t["latency"] for t in loaded[mode]], 0.95)
+        print(f"  {mode:<13} p95 under load / idle p95: {p_load / p_idle:.2f} (target <= 1.5)")
+    print(f"  the chat streams meanwhile: {tokens / max(seconds, 1e-9):.0f} tokens/s together")
+    zero: dict[str, float] = {}
+    print_stage_metrics(zero, _summed(stages_idle), "idle")
+    print_stage_metrics(zero, _summed(stages_load), f"{load} chat streams")
+
+
+def _summed(deltas: list[dict[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for d in deltas:
+        for k, v in d.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from llamactl import (
     DEFAULT_SLOT_CTX,
     AudioService,
     ChatModel,
+    CoreShare,
     DecisionEngine,
     Embedder,
     EmbedderConfig,
@@ -198,14 +199,18 @@ def load_decisions(
     return Loaded(decisions=engine)
 
 
-def open_transcription(settings: Settings, llm_busy: Callable[[], bool]) -> AudioService:
+def open_transcription(
+    settings: Settings, llm_busy: Callable[[], bool], cores: CoreShare | None = None
+) -> AudioService:
     """The speech-to-text service of `/v1/audio/transcriptions` and `/v1/realtime` (its model
-    loads on first use); its worker keeps off the cores while `llm_busy()`."""
+    loads on first use); its optional work keeps off the cores while `llm_busy()`, a voice
+    turn's goes first (`cores`)."""
     return AudioService(
         settings.transcribe_model,
         mmproj=settings.transcribe_mmproj,
         threads=settings.transcribe_threads or settings.threads,
         llm_busy=llm_busy,
+        cores=cores,
     )
 
 

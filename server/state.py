@@ -24,6 +24,7 @@ from llamactl import (
     CannotSpeakError,
     ChatModel,
     ChatStream,
+    CoreShare,
     DecisionEngine,
     Embedder,
     Engine,
@@ -97,8 +98,10 @@ class ServerState:
         self.chat: ChatModel | None = None
         self.decisions: DecisionEngine | None = None
         self.embeddings: Embedder | None = None  # with --embedding or --rerank
+        # how speech and the language model take turns on the cores (llamactl.engine.cores)
+        self.cores = CoreShare()
         self.transcription: OnDemand[AudioService] = OnDemand(
-            lambda: open_transcription(settings, self._llm_busy), AudioService.close
+            lambda: open_transcription(settings, self._llm_busy, self.cores), AudioService.close
         )
         self.speech: OnDemand[Synthesizer] = OnDemand(
             lambda: open_speech(settings), Synthesizer.close, remembered=(CannotSpeakError,)
@@ -179,6 +182,8 @@ class ServerState:
     def _install(self, loaded: Loaded) -> None:
         # chat last: `ready` turns true once everything it needs is in place
         self.engine, self.decisions = loaded.engine, loaded.decisions
+        if loaded.engine is not None:
+            loaded.engine.cores = self.cores
         self.embeddings = loaded.embeddings
         self.chat = loaded.chat
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -228,3 +229,68 @@ def test_a_reading_ahead_is_reused_only_when_it_holds_the_end_padding():
     longer = _Region(0, 16000, end=end, quiet_from=quiet, read_end=end + 4096)
     assert not cut_short.reusable(pad)
     assert padded.reusable(pad) and longer.reusable(pad)
+
+
+def test_a_voice_turn_s_readings_go_before_the_language_model(service):
+    """Speech first, by plan: with the LLM always busy, a turn-detecting stream's quiet
+    reading and Smart-Turn-free final reading run at once inside `CoreShare.speech()` (the
+    decode loop pauses meanwhile) instead of waiting out the gate; the counters say so."""
+    from llamactl.engine.cores import CoreShare
+
+    cores = CoreShare()
+    gate = ComputeGate(lambda: True, max_defer=2.0, cores=cores)  # the LLM never stops
+    worker = AudioWorker(service.transcriber, gate)
+    held: list[bool] = []
+    try:
+        pcm, rate = say(0)
+        stream = TranscriptionStream(
+            worker, input_rate=rate, turn_detection=True, partials=False, tentative=True
+        )
+        original = stream._read
+
+        def reading(audio16):
+            held.append(cores.speech_running)
+            return original(audio16)
+
+        stream._read = reading  # type: ignore[method-assign]
+        audio = np.concatenate([silence(0.3, rate), pcm, silence(1.5, rate)])
+        for i in range(0, audio.size, rate // 20):
+            stream.append(audio[i : i + rate // 20])
+            time.sleep(0.01)
+        events = drain(stream)
+        stream.close()
+    finally:
+        worker.close()
+    assert held and all(held), held  # every reading ran as a voice turn's speech work
+    assert heard(0, completed(events)[0].transcript)
+    stages = cores.stages()
+    reads = [s for s in ("asr_ahead", "asr") if s in stages]
+    assert reads, stages
+    for stage in reads:
+        assert stages[stage].wait_seconds < 0.5 * stages[stage].count, stages  # no 2 s gate
+
+
+def test_the_decode_loop_pauses_while_speech_computes():
+    from llamactl.engine.cores import CoreShare
+
+    cores = CoreShare(max_pause=5.0)
+    released = threading.Event()
+
+    def speak() -> None:
+        with cores.speech():
+            released.wait(5)
+
+    speaker = threading.Thread(target=speak)
+    speaker.start()
+    while not cores.speech_running:
+        time.sleep(0.001)
+    waiter = threading.Thread(target=cores.pause_for_speech)
+    waiter.start()
+    time.sleep(0.2)
+    assert waiter.is_alive()  # decoding waits while speech computes
+    released.set()
+    speaker.join()
+    waiter.join(2)
+    assert not waiter.is_alive()
+    assert cores.llm_paused_seconds >= 0.15
+    cores.pause_for_speech()  # nothing running: returns at once

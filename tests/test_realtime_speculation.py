@@ -28,7 +28,7 @@ BLOCK = RATE // 20  # 50 ms, as a microphone sends
 def live():
     from serverkit import run_server
 
-    with run_server(parallel=4, temperature=0.0) as server:
+    with run_server(parallel=4, temperature=0.0, metrics=True) as server:
         yield server
 
 
@@ -152,3 +152,61 @@ def test_sessions_speaking_at_once_each_get_their_own_answer(live) -> None:
         if heard != heard_alone:  # Whisper's reading of the same audio is deterministic
             pytest.fail(f"heard {heard!r} alone, {heard_alone!r} together")
         assert answer == answer_alone
+
+
+def _voice_metrics(live) -> dict[str, float]:
+    import httpx
+
+    rows = {}
+    for line in httpx.get(live.url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith("llamactl:voice_"):
+            name, _, value = line.rpartition(" ")
+            rows[name] = float(value)
+    return rows
+
+
+def test_under_chat_load_a_voice_turn_still_gets_its_answer_and_the_stages_are_counted(
+    live,
+) -> None:
+    """With chat streams decoding all along, the turn's readings go first (the decode loop
+    pauses for them) and the answer is still the one it gets alone; /metrics shows each
+    stage's waits and compute and the decode time given to speech."""
+    import threading
+
+    import httpx
+
+    question = spoken("Where is the nearest train station?")
+    heard_alone, alone, _ = voice_turn(live, question, SERVER_VAD)
+    before = _voice_metrics(live)
+    stop = threading.Event()
+
+    def chat() -> None:
+        body = {
+            "messages": [{"role": "user", "content": "Write a long story about a lighthouse."}],
+            "max_tokens": 300,
+            "stream": True,
+        }
+        while not stop.is_set():
+            with httpx.stream("POST", live.v1 + "/chat/completions", json=body, timeout=120) as r:
+                for _ in r.iter_lines():
+                    if stop.is_set():
+                        return
+
+    streams = [threading.Thread(target=chat) for _ in range(3)]
+    for t in streams:
+        t.start()
+    try:
+        time.sleep(1.0)
+        heard, answer, _ = voice_turn(live, question, SERVER_VAD)
+    finally:
+        stop.set()
+        for t in streams:
+            t.join()
+    after = _voice_metrics(live)
+    assert heard == heard_alone and answer == alone
+    for stage in ("asr_ahead", "llm_first_text"):
+        key = f'llamactl:voice_stage_seconds_count{{stage="{stage}"}}'
+        assert after.get(key, 0) > before.get(key, 0), (stage, after)
+    assert 'llamactl:voice_stage_wait_seconds_sum{stage="asr_ahead"}' in after
+    paused = "llamactl:voice_llm_paused_seconds_total"
+    assert after[paused] > before.get(paused, 0.0)  # the chats gave the turn its time

@@ -23,6 +23,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "llamactl.engine.lora": ("check_lora_adapter",),
     "llamactl.engine.limits": ("DEFAULT_SLOT_CTX",),
     "llamactl.engine.quantize": ("QUANT_TYPES", "quantize_gguf"),
+    "llamactl.engine.cores": ("CoreShare", "StageTotals"),
     # chat
     "llamactl.engine.chat.model": ("ChatModel", "ChatRequest", "ChatStream", "RenderedChat"),
     "llamactl.engine.media_prompt": ("MediaInput", "UNSUPPORTED_MEDIA_MESSAGES"),
@@ -129,6 +130,7 @@ if TYPE_CHECKING:
     from llamactl.engine.audio.synth_encode import MEDIA_TYPES, encode, pcm_bytes, wav_header
     from llamactl.engine.audio.synth_mtmd import open_mtmd_synthesizer
     from llamactl.engine.chat.model import ChatModel, ChatRequest, ChatStream, RenderedChat
+    from llamactl.engine.cores import CoreShare, StageTotals
     from llamactl.engine.decision import (
         DecisionConfig,
         DecisionEngine,
@@ -186,6 +188,7 @@ __all__ = [
     "ChatModel",
     "ChatRequest",
     "ChatStream",
+    "CoreShare",
     "Cleared",
     "Committed",
     "Completed",
@@ -223,6 +226,7 @@ __all__ = [
     "SmartTurn",
     "SpeechStarted",
     "SpeechStopped",
+    "StageTotals",
     "StreamEvent",
     "StreamFailed",
     "StreamResampler",

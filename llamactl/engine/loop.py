@@ -15,6 +15,7 @@ from typing import Generic, TypeVar
 
 from llamactl.core.errors import EngineClosedError, QueueFullError
 
+from .cores import CoreShare
 from .requests import EngineStats
 from .stream import deliver_together
 
@@ -30,6 +31,7 @@ class DecodeLoop(ABC, Generic[Item]):
     open request when a round fails (`_fail_all`); they set `stats` before starting."""
 
     stats: EngineStats
+    cores: CoreShare | None = None  # set by the owner: decode pauses while speech computes
 
     def _start_loop(self, *, max_queue: int, thread_name: str) -> None:
         self._max_queue = max_queue
@@ -75,6 +77,8 @@ class DecodeLoop(ABC, Generic[Item]):
                 if self._closing:
                     return
                 self._take_commands()
+            if self.cores is not None:
+                self.cores.pause_for_speech()
             try:
                 with deliver_together():
                     self._tick()

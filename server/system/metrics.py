@@ -61,6 +61,7 @@ def metrics(request: Request) -> PlainTextResponse:
             f"llamactl:{name} {value}",
         ]
     lines += _speculator_lines(eng)
+    lines += _voice_lines(state)
     for route, count in sorted(state.metrics.http_requests.items()):
         lines.append(f'llamactl:http_requests_total{{route="{route}"}} {count}')
     for name, kind, help_text, value in llamacpp_rows(eng):
@@ -187,6 +188,30 @@ def gateway_rows(eng: Engine | DecisionEngine) -> list[tuple[str, str, str, floa
 def _label_value(text: str) -> str:
     """Prometheus label escaping: backslash, quote and newline."""
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _voice_lines(state: ServerState) -> list[str]:
+    """Each voice stage's wait for the cores and its compute time (llamactl.engine.cores), as
+    Prometheus summaries without quantiles, and the decode time given to speech."""
+    cores = state.cores
+    lines = [
+        "# HELP llamactl:voice_llm_paused_seconds_total Decode time given to a voice turn's speech",
+        "# TYPE llamactl:voice_llm_paused_seconds_total counter",
+        f"llamactl:voice_llm_paused_seconds_total {cores.llm_paused_seconds}",
+    ]
+    stages = cores.stages()
+    for name, what, value in (
+        ("voice_stage_seconds", "Compute time of each voice stage", "seconds"),
+        ("voice_stage_wait_seconds", "Wait for the cores before each voice stage", "wait"),
+    ):
+        lines += [f"# HELP llamactl:{name} {what}", f"# TYPE llamactl:{name} summary"]
+        for stage, totals in sorted(stages.items()):
+            total = totals.seconds if value == "seconds" else totals.wait_seconds
+            lines += [
+                f'llamactl:{name}_sum{{stage="{stage}"}} {total}',
+                f'llamactl:{name}_count{{stage="{stage}"}} {totals.count}',
+            ]
+    return lines
 
 
 def _cache_rows(eng: Engine | DecisionEngine) -> list[tuple[str, str, str, float]]:

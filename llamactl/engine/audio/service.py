@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..cores import CoreShare
 from .load import load_transcriber
 from .stream import TranscriptionStream
 from .transcriber import Transcriber
@@ -29,11 +30,12 @@ class AudioService:
         threads: int = 0,
         llm_busy: Callable[[], bool] | None = None,
         transcriber: Transcriber | None = None,
+        cores: CoreShare | None = None,
     ) -> None:
         self._model = model
         self._mmproj = mmproj
         self._threads = threads
-        self._gate = ComputeGate(llm_busy)
+        self._gate = ComputeGate(llm_busy, cores=cores)
         self._transcriber = transcriber
         self._worker: AudioWorker | None = None
         self._lock = threading.Lock()

@@ -358,13 +358,14 @@ class TranscriptionStream:
         return round(pos / VAD_RATE, 3)
 
     # ------------------------------------------------------- worker side
-    def plan(self, *, idle: bool) -> Job | None:
-        """The next unit of work (called by the worker thread only)."""
+    def plan(self, *, idle: bool, urgent_only: bool = False) -> Job | None:
+        """The next unit of work (called by the worker thread only); `urgent_only` (idle
+        work while the language model computes): only what a voice turn waits on."""
         with self._lock:
             if self._closed:
                 return None
             if idle:
-                return self._plan_ahead()
+                return self._plan_ahead(urgent_only)
             self._settle()
             job = self._plan_turn() or self._plan_vad() or self._plan_final()
             self._settle()  # regions finalized from readings done ahead may finish items
@@ -384,6 +385,8 @@ class TranscriptionStream:
         return Job(
             compute=lambda: smart.probability(audio),
             apply=lambda p: self._locked(self._apply_turn, region, end_w, p),
+            stage="turn",
+            urgent=True,
         )
 
     def _plan_vad(self) -> Job | None:
@@ -422,12 +425,18 @@ class TranscriptionStream:
             compute=lambda: self._read(audio),
             apply=lambda reading: self._locked(self._apply_final, region, reading),
             decode=True,
+            stage="asr",
+            urgent=self.turn_detection,
         )
 
-    def _plan_ahead(self) -> Job | None:
-        """A partial hypothesis, or the reading of a region that has gone quiet."""
+    def _plan_ahead(self, urgent_only: bool = False) -> Job | None:
+        """A partial hypothesis, or the reading of a region that has gone quiet (urgent when
+        the VAD ends turns: the turn's transcript, and an answer started early, wait on it)."""
         region = self._region
         if region is None or self._marks:
+            return None
+        quiet = region.quiet_from is not None and self.turn_detection
+        if urgent_only and not quiet:
             return None
         pad = self._end_padding()
         if region.quiet_from is not None:
@@ -446,6 +455,8 @@ class TranscriptionStream:
             compute=lambda: self._read(audio),
             apply=lambda reading: self._locked(self._apply_ahead, region, end, reading),
             decode=True,
+            stage="asr_ahead" if region.quiet_from is not None else "partial",
+            urgent=quiet,
         )
 
     def _locked(self, fn: Callable[..., None], *args: object) -> None:

@@ -15,6 +15,7 @@ collapses llama.cpp's decode (its threads wait on each other).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -23,6 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..cores import CoreShare
 from .transcriber import Transcriber
 
 if TYPE_CHECKING:
@@ -32,11 +34,19 @@ log = logging.getLogger("llamactl.audio")
 
 
 class ComputeGate:
-    """Answers "is the language model computing right now?" for the worker."""
+    """Answers "is the language model computing right now?" for the worker; with `cores`,
+    a voice turn's urgent work runs first instead (see `llamactl.engine.cores`)."""
 
-    def __init__(self, busy: Callable[[], bool] | None = None, *, max_defer: float = 1.0) -> None:
+    def __init__(
+        self,
+        busy: Callable[[], bool] | None = None,
+        *,
+        max_defer: float = 1.0,
+        cores: CoreShare | None = None,
+    ) -> None:
         self._busy = busy
         self.max_defer = max_defer
+        self.cores = cores
 
     def llm_busy(self) -> bool:
         if self._busy is None:
@@ -60,6 +70,8 @@ class Job:
     compute: Callable[[], Any]
     apply: Callable[[Any], None]
     decode: bool = False  # uses the transcriber (subject to the gate)
+    stage: str = "vad"  # what it is, for the counters: vad, turn, asr, asr_ahead, partial
+    urgent: bool = False  # a voice turn waits on it: it runs before the language model
 
 
 class _Batch:
@@ -133,14 +145,16 @@ class AudioWorker:
             self._thread.join(timeout=30)
 
     # ----------------------------------------------------------------- thread
-    def _pick(self, idle: bool) -> tuple[TranscriptionStream, Job] | None:
+    def _pick(
+        self, idle: bool, urgent_only: bool = False
+    ) -> tuple[TranscriptionStream, Job] | None:
         with self._cv:
             streams = list(self._streams)
         n = len(streams)
         for i in range(n):
             stream = streams[(self._rr + i) % n]
             try:
-                job = stream.plan(idle=idle)
+                job = stream.plan(idle=idle, urgent_only=urgent_only)
             except Exception as exc:  # a bookkeeping bug fails that stream, not the worker
                 log.exception("speech stream planning failed")
                 stream.fail(f"internal error: {exc}")
@@ -162,11 +176,11 @@ class AudioWorker:
                 continue
             if self._step_batch():
                 continue
-            if not self.gate.llm_busy():
-                picked = self._pick(idle=True)
-                if picked is not None:
-                    self._execute(*picked)
-                    continue
+            # optional work waits while the LLM computes, but a quiet turn's reading does not
+            picked = self._pick(idle=True, urgent_only=self.gate.llm_busy())
+            if picked is not None:
+                self._execute(*picked)
+                continue
             with self._cv:
                 if not self._dirty and not self._closed:
                     # re-check now and then: the gate opens without telling us
@@ -175,16 +189,28 @@ class AudioWorker:
             batch.sink(RuntimeError("the speech engine was closed"))
 
     def _execute(self, stream: TranscriptionStream, job: Job) -> None:
-        if job.decode:
-            self.gate.wait_for_idle()
+        cores = self.gate.cores
+        asked = time.perf_counter()
+        if job.urgent:
+            turn: contextlib.AbstractContextManager[None] = (
+                cores.speech() if cores is not None else contextlib.nullcontext()
+            )
+        else:
+            if job.decode:
+                self.gate.wait_for_idle()
+            turn = contextlib.nullcontext()
         t0 = time.perf_counter()
         try:
-            result: Any = job.compute()
+            with turn:
+                result: Any = job.compute()
         except Exception as exc:
             log.exception("speech stream failed")
             result = exc
         finally:
-            self.busy_seconds += time.perf_counter() - t0
+            spent = time.perf_counter() - t0
+            self.busy_seconds += spent
+            if cores is not None:
+                cores.record(job.stage, wait=t0 - asked, seconds=spent)
         try:
             job.apply(result)
         except Exception as exc:  # a bug in bookkeeping must not kill the worker

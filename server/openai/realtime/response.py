@@ -88,6 +88,7 @@ class Response:
         self.speaker: Speaker | None = None
         self.usage: dict[str, Any] | None = None
         self.created_at = time.monotonic()
+        self.chat_started_at: float | None = None
         self.first_text_at: float | None = None
         self.first_audio_at: float | None = None
         self.transcription_ms: float | None = None
@@ -226,7 +227,21 @@ class Response:
             if self.status == "in_progress":
                 self.status = "cancelled" if self.reason else "failed"
             self._close_item()
+            self._record_stages()
             self._send(protocol.ResponseDone.build(response=self.response_object()))
+
+    def _record_stages(self) -> None:
+        """The answer's stages, for /metrics (llamactl.engine.cores): the engine's answer up
+        to its first text (prompt, or what an answer started ahead had left), and the first
+        clause's synthesis up to its first audio."""
+        cores, started = self.state.cores, self.chat_started_at
+        if started is None or self.first_text_at is None:
+            return
+        cores.record("llm_first_text", wait=0.0, seconds=self.first_text_at - started)
+        if self.first_audio_at is not None:
+            cores.record(
+                "tts_first_audio", wait=0.0, seconds=self.first_audio_at - self.first_text_at
+            )
 
     async def _generate(self) -> None:
         """Wait for the inputs, open the output item, stream the answer, then settle the
@@ -327,6 +342,7 @@ class Response:
             if not state.ready:
                 raise LlamactlError(state.load_error or "the model is still loading")
             request = chat_request(state, out, self._messages())
+            self.chat_started_at = time.monotonic()
             chat = self._adopt(request) if self._adopt is not None else None
             self.speculated = chat is not None
             if chat is None:
