@@ -212,6 +212,10 @@ def test_the_ending_of_a_clause(read: bytes, ending: str) -> None:
 def test_clauses_become_sentences_and_long_ones_are_cut() -> None:
     clauses = [Clause("a", ","), Clause("b", "."), Clause("c", "?"), Clause("d", "")]
     assert sentences(clauses) == ["a, b.", "c?", "d"]
+    # a long first sentence speaks its first clause alone (sooner first audio); later ones
+    # keep their clauses together
+    long_first = [Clause("a" * 70, ","), Clause("b", "."), Clause("c" * 70, ","), Clause("d", ".")]
+    assert sentences(long_first) == ["a" * 70 + ",", "b.", "c" * 70 + ", d."]
     long = sentences([Clause(" ".join(["wɜːd"] * 300), ".")])
     assert len(long) > 1 and all(len(s) <= 400 for s in long)
     assert sentences([Clause("", "")]) == []
