@@ -606,7 +606,12 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         # 1. one token for every generating slot (they were admitted first), and its draft
         drafts = self.drafting.drafts(self._slots) if self.speculators else {}
         verify: list[tuple[Slot, list[int], list[int], Speculator]] = []
+        # an urgent request's first tokens go alone (the others wait a step; their outputs
+        # do not depend on the company they decode in, so only their timing changes)
+        urgent = [s for s in self._slots if _is_urgent(s)]
         for slot in self._slots:
+            if urgent and slot not in urgent:
+                continue
             if slot.state == "generating" and slot.pending is not None:
                 base = len(slot.kv_tokens)
                 row = batch.add(slot.pending, base, slot.seq_id, True)
@@ -627,7 +632,8 @@ class Engine(DecodeLoop[tuple[GenerationStream, GenerationRequest]]):
         big: tuple[Slot, int] | None = None
         media_job: tuple[Slot, MediaSpan] | None = None  # one media chunk a step, alone
         for slot in sorted(
-            (s for s in self._slots if s.state == "prompt"), key=lambda s: s.t_start
+            (s for s in self._slots if s.state == "prompt" and (not urgent or s in urgent)),
+            key=lambda s: s.t_start,
         ):
             end = self._chunk_end(slot)
             media = slot.job_request.media
@@ -831,3 +837,13 @@ def _banning(params: SamplingParams, tokens: tuple[int, ...]) -> SamplingParams:
 
 def _with_seed(params: SamplingParams, seed: int) -> SamplingParams:
     return replace(params, seed=seed)
+
+
+def _is_urgent(slot: Slot) -> bool:
+    """Is the slot's request still within its urgent first tokens?"""
+    request = slot.request
+    return (
+        request is not None
+        and slot.state in ("prompt", "generating")
+        and len(slot.generated) < request.urgent_tokens
+    )

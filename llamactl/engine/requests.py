@@ -103,6 +103,9 @@ class GenerationRequest:
     media: MediaPrompt | None = None
     # llama-server's per-request `n_cache_reuse`; None: the engine's `cache_reuse`
     n_cache_reuse: int | None = None
+    # the first this-many tokens go before every other request's (a voice answer's first
+    # clause, which someone is waiting to hear): other sequences sit out those steps
+    urgent_tokens: int = 0
 
 
 @dataclass

@@ -72,6 +72,7 @@ class ChatRequest:
     report_progress: bool = False  # PromptProgress events while the prompt decodes
     # images and audio, in the order of the media markers (`media_marker`) in the messages
     media: tuple[MediaInput, ...] = ()
+    urgent_tokens: int = 0  # first tokens decoded before other requests' (GenerationRequest)
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,7 @@ class ChatModel:
                 user_starts=user_starts(rendered.tokens, self._delimiters),
                 media=rendered.media,
                 report_progress=req.report_progress,
+                urgent_tokens=req.urgent_tokens,
             )
         )
         return ChatStream(self, stream, rendered, req)

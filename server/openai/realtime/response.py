@@ -43,6 +43,7 @@ from .speaker import Speaker
 
 log = logging.getLogger("llamactl.server.openai.realtime")
 
+URGENT_TOKENS = 16  # a spoken answer's first clause, and a little more
 STATUS_REASONS = {"turn_detected", "client_cancelled"}
 
 
@@ -413,6 +414,8 @@ def chat_request(
         reasoning_budget=_reasoning_budget(out.reasoning_budget, state),
         add_generation_prompt=True,
         continue_final_message=False,
+        # someone is waiting to hear it: its first clause goes before chat streams' tokens
+        urgent_tokens=URGENT_TOKENS if out.modalities == ["audio"] else 0,
     )
 
 
