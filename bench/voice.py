@@ -299,7 +299,7 @@ def smart_turn_verdicts() -> None:
     if not clips:
         print("human speech: none (apt-get install alsa-utils)")
         return
-    turn = SmartTurn(threads=1)
+    turn = SmartTurn()  # as the server runs it: two threads, the decode paused
     rows: dict[str, list[tuple[float, float]]] = {"human": [], "eSpeak": []}
     times: list[float] = []
     for name, (pcm, rate) in clips.items():
