@@ -299,6 +299,7 @@ class Response:
                 speed=self.out.speed,
                 rate=self.out.rate,
                 send=self._send_audio,
+                urgent=self.state.cores.speech,
             )
 
     async def _stream_answer(self, chat: ChatStream) -> Done | None:

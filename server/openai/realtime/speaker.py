@@ -99,8 +99,13 @@ class Speaker:
         speed: float,
         rate: int,
         send: Callable[[bytes], None],
+        urgent: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
     ) -> None:
         self._synth = synth
+        # held while the first piece is synthesized: the listener is waiting for it, so the
+        # decode loop pauses meanwhile (CoreShare.speech); later pieces have the playback's
+        # slack and share the cores as they come
+        self._urgent = urgent
         self._voice = voice
         self._speed = speed
         self.rate = rate
@@ -142,7 +147,7 @@ class Speaker:
                 words = speakable(text)
                 if not words:
                     continue
-                audio = await run_in_threadpool(self._render, words)
+                audio = await run_in_threadpool(self._render, words, not self.spans)
                 if self._cancelled:
                     return
                 a0 = self.samples
@@ -157,14 +162,16 @@ class Speaker:
         except Exception as exc:  # reported by the response; text output goes on
             self.error = exc
 
-    def _render(self, text: str) -> np.ndarray:
-        chunks = self._synth.synthesize(text, voice=self._voice, speed=self._speed)
-        try:
-            parts = [as_float32(c) for c in chunks if not self._cancelled]
-        finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
+    def _render(self, text: str, first: bool = False) -> np.ndarray:
+        turn = self._urgent() if first and self._urgent is not None else contextlib.nullcontext()
+        with turn:
+            chunks = self._synth.synthesize(text, voice=self._voice, speed=self._speed)
+            try:
+                parts = [as_float32(c) for c in chunks if not self._cancelled]
+            finally:
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    close()
         if not parts:
             return np.zeros(0, np.int16)
         audio = resample(np.concatenate(parts), self._synth.sample_rate, self.rate)
