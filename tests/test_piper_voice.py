@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from audiokit import wer
+from audiokit import wav_bytes, wer
 from test_realtime_transcription import Client
 
 from llamactl import open_synthesizer
@@ -46,16 +46,6 @@ def _heard(server, wav: bytes) -> str:
     )
     assert r.status_code == 200, r.text
     return r.json()["text"]
-
-
-def _wav_bytes(pcm: np.ndarray, rate: int) -> bytes:
-    out = io.BytesIO()
-    with wave.open(out, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.astype("<i2").tobytes())
-    return out.getvalue()
 
 
 def test_the_piper_voice_installs_with_llamactl() -> None:
@@ -148,7 +138,7 @@ def test_a_realtime_session_answers_in_the_piper_voice(server) -> None:
     )
     pcm = np.frombuffer(audio, "<i2")
     assert pcm.size > 24000 * 0.5
-    assert wer(transcript, _heard(server, _wav_bytes(pcm, 24000))) <= 0.5, transcript
+    assert wer(transcript, _heard(server, wav_bytes(pcm, 24000))) <= 0.5, transcript
 
 
 def test_closing_the_stream_stops_before_the_next_sentence() -> None:

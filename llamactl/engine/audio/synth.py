@@ -17,6 +17,7 @@ import numpy as np
 
 from llamactl.core.errors import (
     InvalidRequestError,
+    UnsupportedVoiceFeature,
 )
 
 
@@ -67,6 +68,14 @@ def check_speed(speed: float) -> float:
     if not 0.25 <= speed <= 4.0:
         raise InvalidRequestError(f"Field 'speed': must be between 0.25 and 4.0, got {speed}")
     return float(speed)
+
+
+def refuse_cloning(engine: str, speaker_ref: bytes | None) -> None:
+    """Voices that cannot be cloned say so when a reference is sent."""
+    if speaker_ref:
+        raise UnsupportedVoiceFeature(
+            f"{engine} cannot clone a voice from speaker_ref; that needs an mtmd TTS model"
+        )
 
 
 def check_text(text: str) -> str:

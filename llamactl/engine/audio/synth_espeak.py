@@ -20,13 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-from llamactl.core.errors import InvalidRequestError, SynthesisError, UnsupportedVoiceFeature
+from llamactl.core.errors import InvalidRequestError, SynthesisError
 
 from .synth import (
     Synthesizer,
     Voice,
     check_speed,
     check_text,
+    refuse_cloning,
 )
 from .synth_espeak_instances import InstancePool
 from .synth_espeak_lib import EspeakVoice, load_library, voice_languages
@@ -172,10 +173,7 @@ class EspeakSynthesizer(Synthesizer):
         speaker_ref: bytes | None = None,
         seed: int | None = None,
     ) -> Iterator[np.ndarray]:
-        if speaker_ref:
-            raise UnsupportedVoiceFeature(
-                "eSpeak NG cannot clone a voice from speaker_ref; that needs an mtmd TTS model"
-            )
+        refuse_cloning("eSpeak NG", speaker_ref)
         wpm = int(round(_DEFAULT_WPM * check_speed(speed)))
         wpm = min(max(wpm, _WPM_RANGE[0]), _WPM_RANGE[1])
         voice = voice or DEFAULT_VOICE

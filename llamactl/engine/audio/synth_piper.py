@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from llamactl.core.errors import InvalidRequestError, SynthesisError, UnsupportedVoiceFeature
+from llamactl.core.errors import InvalidRequestError, SynthesisError
 
-from .synth import Synthesizer, Voice, check_speed, check_text
+from .synth import Synthesizer, Voice, check_speed, check_text, refuse_cloning
 from .synth_espeak import Clause, EspeakSynthesizer
 from .synth_piper_voices import PiperVoiceFiles, installed_voices
 
@@ -179,10 +179,7 @@ class PiperSynthesizer(Synthesizer):
         speaker_ref: bytes | None = None,
         seed: int | None = None,
     ) -> Iterator[np.ndarray]:
-        if speaker_ref:
-            raise UnsupportedVoiceFeature(
-                "a Piper voice cannot be cloned from speaker_ref; that needs an mtmd TTS model"
-            )
+        refuse_cloning("a Piper voice", speaker_ref)
         check_speed(speed)
         check_text(text)
         files = self._voices.get((voice or "").strip().lower())
