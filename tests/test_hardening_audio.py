@@ -507,7 +507,12 @@ def test_wire_names_the_bad_string_and_escapes_what_it_cannot_encode():
     for _ in range(100_000):  # deeper than any recursive walk could go
         nested = [nested]
     assert lone_surrogate_at({"type": "x", "deep": nested}) is None
-    text = encode_event({"type": "x", "delta": "a\ud800b"})
+    from llamactl.realtime import protocol
+
+    delta = protocol.InputTranscriptionDelta.build(
+        item_id="item_1", content_index=0, delta="a\ud800b"
+    )
+    text = encode_event(delta)
     assert text.encode("utf-8") and json.loads(text)["delta"] == "a\ud800b"
 
 

@@ -236,7 +236,9 @@ def test_the_skip_button_ends_the_reasoning(browser, thinking_server) -> None:
         page.wait_for_selector(ANSWER, timeout=60_000)
         assert page.locator("button.skip").count() == 0  # only while the model reasons
         assert (page.locator("details.reasoning .text").last.text_content() or "").strip()
-        assert last_answer(page)  # the answer came after the reasoning was ended
+        # the answer then ran to its end (ANSWER: the streaming class is gone); its text may
+        # be empty: where the click cuts the reasoning decides whether SmolLM2 says anything
+        # after the forced close (a fresh-clone CI run saw it end at once)
 
 
 # ---------------------------------------------------------------------------- the key
