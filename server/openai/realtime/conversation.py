@@ -538,7 +538,7 @@ class ConversationSession(TranscriptionSession):
             request = chat_request(
                 self.state, out, chat_messages(out.instructions, [*self.items, heard])
             )
-        except LlamactlError:
+        except Exception:  # optional work: the turn's own response meets and reports it
             self.speculation.cancel()
             return
         self.speculation.start(request)
