@@ -1,6 +1,6 @@
-"""Urgent first tokens on the real engine (SmolLM2): a request with `urgent_tokens` (a voice
-answer's first clause) decodes those tokens while the other sequences sit out, and nobody's
-output changes: each equals its output alone (greedy)."""
+"""Urgent first tokens on the real engine (SmolLM2, and Gemma 3's sliding window): a request
+with `urgent_tokens` (a voice answer's first clause) decodes those tokens while the other
+sequences sit out, and nobody's output changes: each equals its output alone (greedy)."""
 
 from __future__ import annotations
 
@@ -8,31 +8,33 @@ import threading
 import time
 
 import pytest
+from model_matrix import gemma_path
 
 from llamactl.engine.engine import Engine, EngineConfig, GenerationRequest
 from llamactl.engine.model import Model
 from llamactl.engine.types import SamplingParams, TextDelta
 from llamactl.models import embedded_model_path
 
-MODEL_FIXTURES = {"model"}
+MODEL_FIXTURES = {"family"}
 GREEDY = SamplingParams(temperature=0.0)
 
 
-def chat(text: str) -> str:
-    """SmolLM2's ChatML turn, so the model answers instead of ending at once."""
-    return f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+TURNS = {  # each family's chat turn, so the model answers instead of ending at once
+    "dense": "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
+    "swa": "<start_of_turn>user\n{}<end_of_turn>\n<start_of_turn>model\n",
+}
 
 
-STORY = chat("Write a long story about a lighthouse keeper.")
-QUESTION = chat("What is the capital of France?")
+@pytest.fixture(scope="module", params=["dense", "swa"])
+def family(request) -> tuple[Model, str]:
+    path = embedded_model_path() if request.param == "dense" else gemma_path()
+    return Model(path), TURNS[request.param]
 
 
-@pytest.fixture(scope="module")
-def model() -> Model:
-    return Model(embedded_model_path())
-
-
-def test_an_urgent_answer_goes_first_and_changes_nobody_s_output(model) -> None:
+def test_an_urgent_answer_goes_first_and_changes_nobody_s_output(family) -> None:
+    model, turn = family
+    story = turn.format("Write a long story about a lighthouse keeper.")
+    question = turn.format("What is the capital of France?")
     config = EngineConfig(n_parallel=4, n_threads=2, cache_ram_mib=0)
     with Engine(model, config) as engine:
 
@@ -41,12 +43,12 @@ def test_an_urgent_answer_goes_first_and_changes_nobody_s_output(model) -> None:
                 model.tokenize(text), GREEDY, max_tokens=n, cache_prompt=False, **kw
             )
 
-        alone_story = engine.submit(request(STORY, 96)).collect()[0][0]
-        alone_answer = engine.submit(request(QUESTION, 24)).collect()[0][0]
+        alone_story = engine.submit(request(story, 96)).collect()[0][0]
+        alone_answer = engine.submit(request(question, 24)).collect()[0][0]
 
         counts = [0, 0, 0]
         seen_at_urgent: list[int] = []
-        stories = [engine.submit(request(STORY, 96)) for _ in range(3)]
+        stories = [engine.submit(request(story, 96)) for _ in range(3)]
         texts = ["", "", ""]
 
         def read(i: int) -> None:
@@ -62,7 +64,7 @@ def test_an_urgent_answer_goes_first_and_changes_nobody_s_output(model) -> None:
         while sum(counts) < 12:  # the stories are generating
             assert time.monotonic() < deadline, counts
             time.sleep(0.005)
-        urgent = engine.submit(request(QUESTION, 24, urgent_tokens=6))
+        urgent = engine.submit(request(question, 24, urgent_tokens=6))
         answer = ""
         tokens = 0
         for ev in urgent:

@@ -33,12 +33,6 @@ class Speculation:
     def __init__(self, state: ServerState) -> None:
         self._state = state
         self._pending: tuple[ChatRequest, ChatStream] | None = None
-        self.started = 0
-        self.taken = 0
-
-    @property
-    def pending(self) -> bool:
-        return self._pending is not None
 
     def start(self, request: ChatRequest) -> None:
         """Start `request` now (replacing any answer started before)."""
@@ -49,7 +43,6 @@ class Speculation:
             log.debug("no answer started ahead of the turn: %s", exc)
             return
         self._pending = (request, chat)
-        self.started += 1
 
     def take(self, request: ChatRequest) -> ChatStream | None:
         """The stream started for `request`, if that is what was started; else None (and
@@ -59,7 +52,6 @@ class Speculation:
             return None
         started, chat = pending
         if started == request and not chat.raw.cancelled:
-            self.taken += 1
             return chat
         chat.cancel()
         return None
